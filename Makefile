@@ -1,0 +1,42 @@
+# The README's two commands: `make demo` and `make test`. Both set everything up first.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+VENV := $(CURDIR)/.venv
+export PATH := $(VENV)/bin:$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PY_COLORS := 0
+export ANSIBLE_FORCE_COLOR := 0
+STAGE := tools/setup/stage.sh
+
+.PHONY: help setup demo demo-oom demo-down test lint syntax pytest molecule
+
+help:
+	@echo "make demo   - set up, then run the rollout on the simulated node (test double of SGLang)"
+	@echo "make test   - set up, then run every check: linters, syntax, pytest, molecule scenarios"
+
+setup:
+	@$(STAGE) setup bash tools/setup/bootstrap.sh
+
+demo: setup
+	@$(STAGE) "demo: site.yml on the simulated node" ansible-playbook -i inventory/sim site.yml
+
+lint:
+	@$(STAGE) "lint: yamllint" yamllint -s .
+	@$(STAGE) "lint: ansible-lint" ansible-lint --offline
+	@$(STAGE) "lint: ruff" bash -c 'ruff check tools benchmarks molecule roles && ruff format --check tools benchmarks molecule roles'
+	@$(STAGE) "lint: hadolint" bash -c 'hadolint images/*/Dockerfile'
+
+syntax:
+	@$(STAGE) "syntax: site.yml" ansible-playbook -i inventory/sim --syntax-check site.yml
+	@$(STAGE) "syntax: site.yml (node inventory)" ansible-playbook -i inventory/node --syntax-check site.yml
+
+pytest:
+	@$(STAGE) pytest pytest -p no:cacheprovider
+
+molecule:
+	@$(STAGE) molecule bash tools/setup/molecule-all.sh
+
+test: setup
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory lint syntax pytest molecule; \
+	echo "[timing] make test total: $$(( $$(date +%s) - start ))s ok"

@@ -1,0 +1,5 @@
+import sys
+
+from sglnode.cli import main
+
+sys.exit(main())
