@@ -23,7 +23,7 @@ demo: setup
 lint:
 	@$(STAGE) "lint: yamllint" yamllint -s .
 	@$(STAGE) "lint: ansible-lint" ansible-lint --offline
-	@$(STAGE) "lint: ruff" bash -c 'ruff check tools benchmarks molecule roles && ruff format --check tools benchmarks molecule roles'
+	@$(STAGE) "lint: ruff" bash -c 'ruff check . && ruff format --check .'
 	@$(STAGE) "lint: hadolint" bash -c 'hadolint images/*/Dockerfile'
 
 syntax:

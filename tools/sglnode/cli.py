@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from sglnode import __version__
 
 # One module per subcommand, in the order `--help` lists them.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("plan",)
 
 EXIT_USAGE = 2
 
