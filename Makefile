@@ -37,6 +37,8 @@ molecule:
 	@$(STAGE) molecule bash tools/setup/molecule-all.sh
 
 test: setup
-	@start=$$(date +%s); \
-	$(MAKE) --no-print-directory lint syntax pytest molecule; \
-	echo "[timing] make test total: $$(( $$(date +%s) - start ))s ok"
+	@start=$$(date +%s); rc=0; \
+	$(MAKE) --no-print-directory -k lint syntax pytest molecule || rc=$$?; \
+	if [ $$rc -eq 0 ]; then verdict=ok; else verdict="FAILED (rc $$rc)"; fi; \
+	echo "[timing] make test total: $$(( $$(date +%s) - start ))s $$verdict"; \
+	exit $$rc
