@@ -1,0 +1,59 @@
+"""`sglnode diagnose LOG...`: name the cause of an SGLang crash from its log(s).
+
+Reads files (or `-` for stdin: a `docker logs` or `journalctl` capture piped in). Exit codes:
+0 a cause was found, 1 no known signature (cause "unknown"), 64 usage error (unreadable file).
+`--json` prints the stable schema documented in docs/diagnose.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from sglnode.diagnose import Diagnoser, Diagnosis, numbered
+
+EXIT_CAUSE_FOUND = 0
+EXIT_UNKNOWN = 1
+EXIT_USAGE = 64  # BSD sysexits EX_USAGE
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "diagnose",
+        help="classify an SGLang crash log: cause, OOM phase, evidence, fix",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("logs", nargs="+", metavar="LOG", help="log files in order ('-' reads stdin)")
+    parser.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
+    parser.set_defaults(func=run)
+
+
+def diagnose_paths(paths: list[str], stdin: TextIO | None = None) -> Diagnosis:
+    """One diagnosis over all logs; each keeps its own line numbers and source name."""
+    diagnoser = Diagnoser()
+    for path in paths:
+        if path == "-":
+            diagnoser.feed_all(numbered((stdin or sys.stdin).readlines(), source="stdin"))
+        else:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+            diagnoser.feed_all(numbered(text.splitlines(), source=path))
+    return diagnoser.result()
+
+
+def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    out = stdout if stdout is not None else sys.stdout
+    err = stderr if stderr is not None else sys.stderr
+    try:
+        diagnosis = diagnose_paths(args.logs)
+    except OSError as error:
+        err.write(f"sglnode diagnose: {error}\n")
+        return EXIT_USAGE
+    if args.json:
+        out.write(json.dumps(diagnosis.to_json(), indent=2) + "\n")
+    else:
+        out.write(diagnosis.render() + "\n")
+    return EXIT_UNKNOWN if diagnosis.cause == "unknown" else EXIT_CAUSE_FOUND

@@ -1,0 +1,204 @@
+"""Load and validate the failure rules in `sglnode/rules/*.yaml`.
+
+Rules are data so a new failure signature is a YAML edit plus its examples, not a code change.
+Each rule: id, cause, phase, priority, conclusive, confidence, patterns, fix, source, examples,
+negative_examples (see rules/README.md). Validation fails loudly at load time: a typo in a rule
+must break the test suite, not silently stop matching on a node.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+CAUSES: tuple[str, ...] = (
+    "oom",
+    "host_oom",
+    "nccl",
+    "arch_unsupported",
+    "port_in_use",
+    "watchdog_timeout",
+    "import_error",
+    "cuda_graph_capture",
+    "kernel_resources",
+    "kv_transfer",
+    "unknown",
+)
+OOM_PHASES: tuple[str, ...] = ("weights", "kv_cache", "cuda_graph", "runtime")
+# A rule's phase is fixed, inferred from where the log was ("from_context"), or absent.
+RULE_PHASES: tuple[str, ...] = (*OOM_PHASES, "from_context")
+CONFIDENCES: tuple[str, ...] = ("high", "medium", "low")
+REQUIRED_KEYS = frozenset(
+    {"id", "cause", "priority", "conclusive", "confidence", "patterns", "fix", "source", "examples"}
+)
+
+
+class RuleError(ValueError):
+    """A rule file is malformed."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One failure signature."""
+
+    id: str
+    cause: str
+    phase: str | None
+    priority: int
+    conclusive: bool
+    confidence: str
+    patterns: tuple[re.Pattern[str], ...]
+    fix: str
+    phase_fixes: dict[str, str]
+    source: str
+    examples: tuple[str, ...]
+    negative_examples: tuple[str, ...]
+    literals: tuple[str | None, ...] = ()
+
+    def matches(self, line: str) -> bool:
+        # A substring test first: most lines of a serving log contain none of the literals, and
+        # `in` is ~50x cheaper than a regex search (offline logs run to millions of lines).
+        for pattern, literal in zip(self.patterns, self.literals, strict=True):
+            if (literal is None or literal in line) and pattern.search(line):
+                return True
+        return False
+
+    def fix_for(self, phase: str | None) -> str:
+        """The phase-specific fix where the rule has one, else the general fix."""
+        return self.phase_fixes.get(phase, self.fix) if phase else self.fix
+
+
+MIN_PREFILTER_LITERAL = 4
+_REGEX_SPECIAL = set(".^$*+?{}[]|()")
+
+
+def required_literal(pattern: str) -> str | None:
+    """The longest plain-text run every match of `pattern` must contain, or None.
+
+    Deliberately conservative: only text outside groups and classes counts, a top-level `|` gives
+    up, a quantifier that allows zero repeats drops the character before it, and any escape other
+    than escaped punctuation ends the run.
+    """
+    runs: list[str] = []
+    current = ""
+    depth = 0
+    index = 0
+    while index < len(pattern):
+        char = pattern[index]
+        index += 1
+        if char == "\\" and index < len(pattern):
+            escaped = pattern[index]
+            index += 1
+            if depth == 0 and not escaped.isalnum():
+                current += escaped
+            else:
+                runs.append(current)
+                current = ""
+        elif char == "[":  # a character class: skip it whole
+            runs.append(current)
+            current = ""
+            close = pattern.find("]", index + 1)
+            index = close + 1 if close >= 0 else len(pattern)
+        elif char == "(":
+            runs.append(current)
+            current = ""
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif depth > 0:
+            continue
+        elif char == "|":
+            return None
+        elif char in "?*{":  # zero repeats allowed: the previous character is not required
+            runs.append(current[:-1])
+            current = ""
+            if char == "{":
+                close = pattern.find("}", index)
+                index = close + 1 if close >= 0 else len(pattern)
+        elif char == "+":  # at least one: the last repeat still touches what follows
+            runs.append(current)
+            current = current[-1:]
+        elif char in _REGEX_SPECIAL:
+            runs.append(current)
+            current = ""
+        else:
+            current += char
+    runs.append(current)
+    longest = max(runs, key=len)
+    return longest if len(longest) >= MIN_PREFILTER_LITERAL else None
+
+
+def _compile(rule_id: str, patterns: Any) -> tuple[re.Pattern[str], ...]:
+    if not isinstance(patterns, list) or not patterns:
+        raise RuleError(f"rule {rule_id}: patterns must be a non-empty list")
+    compiled = []
+    for pattern in patterns:
+        try:
+            compiled.append(re.compile(pattern))
+        except re.error as exc:
+            raise RuleError(f"rule {rule_id}: bad regex {pattern!r}: {exc}") from exc
+    return tuple(compiled)
+
+
+def parse_rule(raw: dict[str, Any]) -> Rule:
+    """Turn one YAML mapping into a Rule, rejecting anything the diagnosis could not use."""
+    missing = REQUIRED_KEYS - raw.keys()
+    rule_id = str(raw.get("id", "?"))
+    if missing:
+        raise RuleError(f"rule {rule_id}: missing keys {sorted(missing)}")
+    if raw["cause"] not in CAUSES:
+        raise RuleError(f"rule {rule_id}: cause {raw['cause']!r} not one of {CAUSES}")
+    phase = raw.get("phase")
+    if phase is not None and phase not in RULE_PHASES:
+        raise RuleError(f"rule {rule_id}: phase {phase!r} not one of {RULE_PHASES}")
+    if phase is not None and raw["cause"] != "oom":
+        raise RuleError(f"rule {rule_id}: only oom rules carry a phase")
+    if raw["confidence"] not in CONFIDENCES:
+        raise RuleError(f"rule {rule_id}: confidence {raw['confidence']!r} not one of {CONFIDENCES}")
+    phase_fixes = raw.get("phase_fixes") or {}
+    if not isinstance(phase_fixes, dict) or not set(phase_fixes) <= set(OOM_PHASES):
+        raise RuleError(f"rule {rule_id}: phase_fixes keys must be among {OOM_PHASES}")
+    if not str(raw["source"]).startswith("https://"):
+        raise RuleError(f"rule {rule_id}: source must be an https URL")
+    return Rule(
+        id=rule_id,
+        cause=raw["cause"],
+        phase=phase,
+        priority=int(raw["priority"]),
+        conclusive=bool(raw["conclusive"]),
+        confidence=raw["confidence"],
+        patterns=_compile(rule_id, raw["patterns"]),
+        fix=" ".join(str(raw["fix"]).split()),
+        phase_fixes={phase: " ".join(str(text).split()) for phase, text in phase_fixes.items()},
+        source=str(raw["source"]),
+        examples=tuple(raw["examples"]),
+        negative_examples=tuple(raw.get("negative_examples") or ()),
+        literals=tuple(required_literal(pattern) for pattern in raw["patterns"]),
+    )
+
+
+def parse_rules(documents: list[dict[str, Any]]) -> tuple[Rule, ...]:
+    rules = [parse_rule(raw) for document in documents for raw in document.get("rules", [])]
+    ids = [rule.id for rule in rules]
+    duplicates = sorted({rule_id for rule_id in ids if ids.count(rule_id) > 1})
+    if duplicates:
+        raise RuleError(f"duplicate rule ids: {duplicates}")
+    # Highest priority first, so the first match while scanning is the strongest.
+    return tuple(sorted(rules, key=lambda rule: -rule.priority))
+
+
+@cache
+def load_rules() -> tuple[Rule, ...]:
+    """All rules shipped in the package, highest priority first."""
+    folder = resources.files("sglnode") / "rules"
+    documents = [
+        yaml.safe_load(entry.read_text(encoding="utf-8"))
+        for entry in sorted(folder.iterdir(), key=lambda item: item.name)
+        if entry.name.endswith(".yaml")
+    ]
+    return parse_rules(documents)

@@ -1,0 +1,294 @@
+import io
+import json
+import subprocess
+import sys
+import time
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from sglnode.commands import diagnose as diagnose_command
+from sglnode.diagnose import (
+    SCHEMA_VERSION,
+    Diagnoser,
+    LogLine,
+    context_phase,
+    diagnose_lines,
+    numbered,
+    read_gpu_memory,
+)
+
+LOGS = Path(__file__).parent / "fixtures" / "logs"
+# 20k routine lines take ~0.05 s here; a generous bound that still fails if the fast path breaks.
+ROUTINE_BUDGET_S = 1.5
+
+
+def _diagnose(name: str):
+    return diagnose_lines(numbered((LOGS / name).read_text().splitlines(), source=name))
+
+
+@pytest.mark.parametrize(
+    ("name", "cause", "phase"),
+    [
+        ("oom_weights.log", "oom", "weights"),
+        ("oom_kv_pool.log", "oom", "kv_cache"),
+        ("oom_cuda_graph.log", "oom", "cuda_graph"),
+        ("oom_runtime.log", "oom", "runtime"),
+        ("capture_failed_not_oom.log", "cuda_graph_capture", None),
+        ("kill_only.log", "unknown", None),
+        ("scheduler_dead_exit_1.log", "unknown", None),
+        ("scheduler_dead_exit_minus9.log", "host_oom", None),
+        ("startup_ready_tp2.log", "unknown", None),
+    ],
+)
+def test_fixture_logs_are_classified(name, cause, phase):
+    diagnosis = _diagnose(name)
+    assert (diagnosis.cause, diagnosis.phase) == (cause, phase)
+
+
+def test_graph_capture_advice_mentioning_mem_fraction_is_not_oom_evidence():
+    diagnosis = _diagnose("capture_failed_not_oom.log")
+    assert diagnosis.cause != "oom"
+    assert all("--mem-fraction-static to a smaller" not in line.text for line in diagnosis.evidence)
+    assert "--disable-cuda-graph" in diagnosis.fix
+
+
+def test_oom_evidence_carries_the_fatal_line_with_its_number_and_source():
+    diagnosis = _diagnose("oom_weights.log")
+    lines = (LOGS / "oom_weights.log").read_text().splitlines()
+    fatal_no = next(number for number, text in enumerate(lines, 1) if "OutOfMemoryError" in text)
+    assert any(
+        line.line_no == fatal_no and line.source == "oom_weights.log" and "OutOfMemoryError" in line.text
+        for line in diagnosis.evidence
+    )
+    assert any("kill_process_tree" in line.text for line in diagnosis.evidence)
+    assert "--tp-size" in diagnosis.fix
+
+
+def test_kv_pool_error_names_the_budget_fix_and_the_message_phase():
+    diagnosis = _diagnose("oom_kv_pool.log")
+    assert diagnosis.rule_id == "oom-kv-pool-budget"
+    assert "--mem-fraction-static" in diagnosis.fix
+    assert any("named by the error message" in note for note in diagnosis.notes)
+
+
+def test_kill_only_says_unknown_and_what_to_look_at():
+    diagnosis = _diagnose("kill_only.log")
+    notes = " ".join(diagnosis.notes)
+    assert diagnosis.cause == "unknown"
+    assert diagnosis.confidence == "low"
+    assert "rank-0 scheduler" in notes
+    assert "dmesg" in notes
+    assert "GPU memory at death" in notes
+    assert any("kill_process_tree" in line.text for line in diagnosis.evidence)
+    assert diagnosis.gpu_memory_at_death is None
+
+
+def test_exit_code_minus_nine_is_only_suggestive():
+    diagnosis = _diagnose("scheduler_dead_exit_minus9.log")
+    assert diagnosis.confidence == "low"
+    assert "dmesg" in diagnosis.fix
+
+
+def test_oom_wins_over_the_nccl_error_it_caused_and_the_other_is_reported():
+    lines = numbered(
+        [
+            "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+        ]
+    )
+    diagnosis = diagnose_lines(lines)
+    assert diagnosis.cause == "oom"
+    assert diagnosis.also_matched == [
+        {"rule_id": "nccl-error", "cause": "nccl", "line_no": 1, "source": "log"}
+    ]
+
+
+def test_equal_priority_picks_the_earliest_line():
+    lines = numbered(
+        [
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB.",
+            "RuntimeError: CUDA error: out of memory",
+        ]
+    )
+    diagnoser = Diagnoser()
+    diagnoser.feed_all(lines)
+    assert diagnoser.best_hit().line.line_no == 1
+
+
+def test_phase_falls_back_to_the_last_stage_when_frames_say_nothing():
+    lines = numbered(
+        [
+            "[2026-11-29 09:40:00 TP0] Load weight begin. avail mem=93.61 GB",
+            "[2026-11-29 09:40:30 TP0] Load weight end. elapsed=30.00 s, type=X, "
+            "avail mem=6.00 GB, mem usage=87.61 GB.",
+            "RuntimeError: CUDA error: out of memory",
+        ]
+    )
+    diagnosis = diagnose_lines(lines)
+    assert diagnosis.phase == "kv_cache"
+    assert any("last startup stage" in note for note in diagnosis.notes)
+
+
+def test_phase_uses_the_crashing_rank_stage():
+    lines = numbered(
+        [
+            "[2026-11-29 09:40:00 TP0] Load weight begin. avail mem=93.61 GB",
+            "[2026-11-29 09:40:00 TP1] Load weight begin. avail mem=93.61 GB",
+            "[2026-11-29 09:40:30 TP0] Load weight end. elapsed=30.00 s, type=X, "
+            "avail mem=6.00 GB, mem usage=87.61 GB.",
+            "[2026-11-29 09:40:31 TP1] Failed: CUDA out of memory. Tried to allocate 24.00 MiB.",
+        ]
+    )
+    assert diagnose_lines(lines).phase == "weights"
+
+
+@pytest.mark.parametrize(
+    ("frames", "phase"),
+    [
+        (['  File "scheduler.py", line 1, in event_loop_overlap', "    self.run_batch(b)"], "runtime"),
+        (['  File "model_runner.py", line 1, in init_device_graphs'], "cuda_graph"),
+        (['  File "model_runner.py", line 1, in init_memory_pool'], "kv_cache"),
+        (['  File "model_runner.py", line 1, in load_model'], "weights"),
+        (['  File "x.py", line 1, in something_else'], None),
+    ],
+)
+def test_context_phase_reads_the_traceback_frames(frames, phase):
+    recent = numbered(["noise", "Traceback (most recent call last):", *frames])
+    hit = LogLine(99, "torch.OutOfMemoryError: CUDA out of memory.")
+    assert context_phase(recent, hit) == phase
+
+
+def test_context_phase_ignores_frames_from_an_older_traceback():
+    recent = numbered(
+        [
+            "Traceback (most recent call last):",
+            '  File "model_runner.py", line 1, in load_model',
+            "ValueError: earlier, unrelated",
+            "Traceback (most recent call last):",
+            '  File "model_runner.py", line 1, in init_memory_pool',
+        ]
+    )
+    assert context_phase(recent, LogLine(9, "CUDA out of memory")) == "kv_cache"
+
+
+def test_json_schema_is_stable():
+    payload = _diagnose("oom_cuda_graph.log").to_json()
+    assert list(payload) == [
+        "schema_version",
+        "cause",
+        "phase",
+        "rule_id",
+        "confidence",
+        "fix",
+        "source_url",
+        "stage",
+        "evidence",
+        "notes",
+        "also_matched",
+        "gpu_memory_at_death",
+    ]
+    assert payload["schema_version"] == SCHEMA_VERSION
+    assert set(payload["evidence"][0]) == {"line_no", "text", "source"}
+    json.dumps(payload)
+
+
+def test_conclusive_and_terminal_flags():
+    diagnoser = Diagnoser()
+    diagnoser.feed(
+        LogLine(1, "[2026-11-29 10:10:41] kill_process_tree called: parent_pid=1, include_parent=True, pid=1")
+    )
+    assert diagnoser.terminal and not diagnoser.conclusive
+    diagnoser.feed(LogLine(2, "ModuleNotFoundError: No module named 'sgl_kernel'"))
+    assert not diagnoser.conclusive, "an import error waits for the process to go down"
+    diagnoser.feed(LogLine(3, "torch.OutOfMemoryError: CUDA out of memory."))
+    assert diagnoser.conclusive
+
+
+def test_gpu_memory_is_parsed_from_nvidia_smi():
+    output = "0, 95000, 97887\n1, 12, 97887\n"
+    assert read_gpu_memory(lambda command: output) == [
+        {"index": 0, "used_mib": 95000, "total_mib": 97887},
+        {"index": 1, "used_mib": 12, "total_mib": 97887},
+    ]
+
+
+def test_gpu_memory_is_none_when_nvidia_smi_is_missing_or_odd(monkeypatch):
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    assert read_gpu_memory() is None
+    assert read_gpu_memory(lambda command: "No devices were found") is None
+
+    def broken(command):
+        raise subprocess.TimeoutExpired(command, 5)
+
+    assert read_gpu_memory(broken) is None
+
+
+def test_gpu_memory_at_death_is_recorded_and_rendered():
+    diagnoser = Diagnoser()
+    diagnoser.feed(LogLine(1, "kill_process_tree called: parent_pid=1, include_parent=True, pid=1"))
+    diagnosis = diagnoser.result([{"index": 0, "used_mib": 96000, "total_mib": 97887}])
+    assert diagnosis.gpu_memory_at_death[0]["used_mib"] == 96000
+    assert "GPU0 96000/97887 MiB" in diagnosis.render()
+
+
+def _run_command(paths, as_json=True, stdin=None):
+    out, err = io.StringIO(), io.StringIO()
+    code = diagnose_command.run(Namespace(logs=paths, json=as_json), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_command_exit_codes_and_json():
+    code, out, _ = _run_command([str(LOGS / "oom_weights.log")])
+    assert code == 0
+    assert json.loads(out)["cause"] == "oom"
+    code, out, _ = _run_command([str(LOGS / "kill_only.log")])
+    assert code == 1
+    assert json.loads(out)["cause"] == "unknown"
+    code, _, err = _run_command([str(LOGS / "does-not-exist.log")])
+    assert code == 64
+    assert "does-not-exist.log" in err
+
+
+def test_command_reads_several_logs_keeping_each_source():
+    code, out, _ = _run_command([str(LOGS / "kill_only.log"), str(LOGS / "oom_runtime.log")])
+    payload = json.loads(out)
+    assert code == 0
+    assert payload["cause"] == "oom"
+    assert {line["source"] for line in payload["evidence"]} >= {str(LOGS / "oom_runtime.log")}
+
+
+def test_cli_reads_stdin_capture():
+    text = (LOGS / "oom_kv_pool.log").read_text()
+    result = subprocess.run(
+        [sys.executable, "-m", "sglnode", "diagnose", "--json", "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert (payload["cause"], payload["phase"]) == ("oom", "kv_cache")
+    assert payload["evidence"][0]["source"] == "stdin"
+
+
+def test_routine_serving_lines_are_skipped_quickly_but_failures_are_not():
+    routine = (
+        "[2026-11-29 10:05:00 TP0] Decode batch, #running-req: 64, #token: 16384, token usage: 0.41, "
+        "cuda graph: True, gen throughput (token/s): 2840.12, #queue-req: 0"
+    )
+    lines = numbered([routine] * 20000 + ["torch.OutOfMemoryError: CUDA out of memory."])
+    started = time.perf_counter()
+    diagnosis = diagnose_lines(lines)
+    assert time.perf_counter() - started < ROUTINE_BUDGET_S
+    assert (diagnosis.cause, diagnosis.evidence[-1].line_no) == ("oom", 20001)
+
+
+def test_equal_priority_across_files_picks_the_one_fed_first():
+    diagnoser = Diagnoser()
+    diagnoser.feed(LogLine(7, "RuntimeError: CUDA error: out of memory", source="z-rank0.log"))
+    diagnoser.feed(LogLine(1, "torch.OutOfMemoryError: CUDA out of memory.", source="a-rank1.log"))
+    assert diagnoser.best_hit().line.source == "z-rank0.log"

@@ -1,0 +1,178 @@
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sglnode.rulebook import CAUSES, RuleError, load_rules, parse_rule, parse_rules, required_literal
+
+RULES = load_rules()
+POSITIVES = [(rule, example) for rule in RULES for example in rule.examples]
+NEGATIVES = [(rule, example) for rule in RULES for example in rule.negative_examples]
+
+
+def _id(value):
+    return getattr(value, "id", str(value)[:50])
+
+
+@pytest.mark.parametrize(("rule", "line"), POSITIVES, ids=_id)
+def test_rule_matches_its_positive_example(rule, line):
+    assert rule.matches(line)
+
+
+@pytest.mark.parametrize(("rule", "line"), NEGATIVES, ids=_id)
+def test_rule_ignores_its_negative_example(rule, line):
+    assert not rule.matches(line)
+
+
+def test_every_rule_has_positive_and_negative_examples():
+    for rule in RULES:
+        assert rule.examples, rule.id
+        assert rule.negative_examples, rule.id
+
+
+def test_every_cause_except_unknown_has_a_rule():
+    covered = {rule.cause for rule in RULES}
+    assert covered == set(CAUSES) - {"unknown"}
+
+
+def test_no_oom_rule_matches_sglang_graph_capture_advice():
+    advice = [
+        "Exception: Capture cuda graph failed: CUDA error: operation not permitted when stream is capturing",
+        "Possible solutions:",
+        "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)",
+        "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)",
+        "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)",
+    ]
+    oom_rules = [rule for rule in RULES if rule.cause == "oom"]
+    assert oom_rules
+    for line in advice:
+        assert not any(rule.matches(line) for rule in oom_rules), line
+
+
+def test_only_exit_code_minus_nine_suggests_the_oom_killer():
+    sigkill = next(rule for rule in RULES if rule.id == "scheduler-sigkill")
+    for code in ("1", "-11", "255", "-3", "-99"):
+        assert not sigkill.matches(f"Exit code: {code}")
+    assert sigkill.matches("Exit code: -9")
+    assert sigkill.confidence == "low"
+
+
+def test_rules_are_sorted_by_priority():
+    priorities = [rule.priority for rule in RULES]
+    assert priorities == sorted(priorities, reverse=True)
+
+
+def test_oom_outranks_the_failures_an_oom_causes():
+    priority = {rule.cause: rule.priority for rule in sorted(RULES, key=lambda rule: rule.priority)}
+    for consequence in ("nccl", "cuda_graph_capture", "watchdog_timeout", "kv_transfer"):
+        assert priority["oom"] > priority[consequence]
+
+
+def test_phase_fixes_replace_the_generic_fix_for_their_phase():
+    rule = next(rule for rule in RULES if rule.id == "oom-cuda-alloc")
+    assert "--cuda-graph-max-bs-decode" in rule.fix_for("cuda_graph")
+    assert "--tp-size" in rule.fix_for("weights")
+    assert rule.fix_for(None) == rule.fix
+
+
+GOOD = {
+    "id": "x",
+    "cause": "nccl",
+    "priority": 1,
+    "conclusive": True,
+    "confidence": "high",
+    "patterns": ["NCCL"],
+    "fix": "f",
+    "source": "https://example.org/1",
+    "examples": ["NCCL"],
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"cause": "gremlins"}, "cause"),
+        ({"phase": "weights"}, "only oom rules"),
+        ({"cause": "oom", "phase": "later"}, "phase"),
+        ({"patterns": ["("]}, "bad regex"),
+        ({"patterns": []}, "non-empty"),
+        ({"confidence": "sure"}, "confidence"),
+        ({"source": "http://insecure"}, "https"),
+        ({"cause": "oom", "phase_fixes": {"tomorrow": "x"}}, "phase_fixes"),
+    ],
+)
+def test_malformed_rules_fail_at_load_time(change, message):
+    with pytest.raises(RuleError, match=message):
+        parse_rule({**GOOD, **change})
+
+
+def test_missing_keys_and_duplicate_ids_are_rejected():
+    incomplete = {key: value for key, value in GOOD.items() if key != "fix"}
+    with pytest.raises(RuleError, match="missing"):
+        parse_rule(incomplete)
+    with pytest.raises(RuleError, match="duplicate"):
+        parse_rules([{"rules": [GOOD, GOOD]}])
+
+
+# The launch flags of SGLang 0.5.23, dumped from its own argparse parser (owned by the topology tools).
+FLAGS_FILE = Path(__file__).parents[1] / "sglnode" / "topology" / "sglang_flags.yaml"
+FLAG_RE = re.compile(r"(?<![\w-])--[a-z0-9][a-z0-9-]*[a-z0-9]")
+
+
+def _fix_texts():
+    for rule in RULES:
+        yield rule.id, rule.fix
+        for phase, text in rule.phase_fixes.items():
+            yield f"{rule.id}[{phase}]", text
+
+
+@pytest.mark.skipif(not FLAGS_FILE.exists(), reason="flag list not present")
+def test_every_flag_a_fix_recommends_exists_in_the_pinned_sglang():
+    data = yaml.safe_load(FLAGS_FILE.read_text(encoding="utf-8"))
+    assert data["sglang_version"] == "0.5.23"
+    live = {flag for flag, spec in data["flags"].items() if not spec.get("deprecated")}
+    for spec in data["flags"].values():
+        live.update(alias for alias in spec.get("aliases", []))
+    removed_or_deprecated = set(data.get("removed", {})) | {
+        flag for flag, spec in data["flags"].items() if spec.get("deprecated")
+    }
+    for rule_id, text in _fix_texts():
+        # Sentences naming what 0.5.23 removed are allowed in parentheses ("0.5.23 removed ...").
+        recommended = FLAG_RE.findall(re.sub(r"\([^)]*0\.5\.23[^)]*\)", "", text))
+        for flag in recommended:
+            assert flag in live, f"{rule_id}: {flag} is not a live 0.5.23 flag"
+            assert flag not in removed_or_deprecated, f"{rule_id}: {flag}"
+
+
+@pytest.mark.parametrize(
+    ("pattern", "literal"),
+    [
+        (r"foo\.bar baz", "foo.bar baz"),
+        (r"abc(?:de|fg)hijk", "hijk"),
+        (r"ab|cdef", None),
+        (r"abcd?efgh", "efgh"),
+        (r"x{2,3}yyyy", "yyyy"),
+        (r"xa+bcd", "abcd"),
+        (r"\[sgl_kernel\] CRITICAL", "[sgl_kernel] CRITICAL"),
+        (r"[Aa]ddress already in use", "ddress already in use"),
+        (r"exit code -9\b", "exit code -9"),
+        (r"\d+", None),
+    ],
+)
+def test_required_literal_is_conservative(pattern, literal):
+    assert required_literal(pattern) == literal
+
+
+def test_prefilter_literal_is_in_every_line_its_pattern_matches():
+    lines = [line for rule in RULES for line in (*rule.examples, *rule.negative_examples)]
+    for rule in RULES:
+        for pattern, literal in zip(rule.patterns, rule.literals, strict=True):
+            for line in lines:
+                if pattern.search(line) and literal is not None:
+                    assert literal in line, (rule.id, pattern.pattern)
+
+
+def test_most_patterns_have_a_prefilter_literal():
+    literals = [literal for rule in RULES for literal in rule.literals]
+    assert sum(literal is None for literal in literals) == 0
