@@ -7,6 +7,7 @@ import pytest
 from bench_fake_server import Behaviour, FakeServer
 
 from sglnode.cli import main
+from sglnode.exitcodes import EXIT_USAGE
 
 pytestmark = pytest.mark.timeout(60)
 PLAN = Path(__file__).parent / "fixtures" / "bench" / "plan.json"
@@ -150,7 +151,7 @@ def test_poisson_rate_mode_sends_the_request_budget(tmp_path):
     ],
 )
 def test_bad_usage_exits_2_before_sending_anything(extra, capsys):
-    assert main(["bench", "--url", "http://127.0.0.1:9", *extra]) == 2
+    assert main(["bench", "--url", "http://127.0.0.1:9", *extra]) == EXIT_USAGE
     assert "sglnode bench:" in capsys.readouterr().err
 
 

@@ -20,10 +20,10 @@ from sglnode.bench.prompts import make_prompts
 from sglnode.bench.report import SCHEMA, ProgressBar, print_report, write_json
 from sglnode.bench.runner import StageSpec, run_stage
 from sglnode.bench.target import Endpoint, parse_url, probe_simulated
+from sglnode.exitcodes import EXIT_USAGE
 
 EXIT_OK = 0
 EXIT_TARGET_MISSED = 1
-EXIT_USAGE = 2
 API_KEY_ENV = "SGLNODE_API_KEY"
 # Distinct prompts per run: enough that a prefix cache cannot turn the run into cache hits,
 # few enough that encoding them up front is instant.

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import TextIO
 
 from sglnode.diagnose import Diagnoser, Diagnosis, numbered
+from sglnode.exitcodes import EXIT_USAGE
 
 EXIT_CAUSE_FOUND = 0
 EXIT_UNKNOWN = 1
-EXIT_USAGE = 64  # BSD sysexits EX_USAGE
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

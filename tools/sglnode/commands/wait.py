@@ -13,11 +13,11 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from sglnode.exitcodes import EXIT_USAGE
 from sglnode.logwatch import FileFollower, compose_follower, docker_follower, journal_follower
 from sglnode.progress import ProgressDisplay
 from sglnode.waiter import Follower, Outcome, WaitOptions, WaitResult, wait_for_server
 
-EXIT_USAGE = 64  # BSD sysexits EX_USAGE: 2 is taken by "crashed"
 DEFAULT_TIMEOUT_S = 1800.0  # large MoE checkpoints take 10-20 min to load; 30 min covers them
 
 
