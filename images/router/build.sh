@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Builds sglnode/router:<version> from images/router/Dockerfile with the classic builder.
+#
+#   images/router/build.sh            build unless the tag already exists
+#   FORCE=1 images/router/build.sh    rebuild anyway
+#
+# Env: SGLANG_ROUTER_VERSION (default 0.3.2), SGLNODE_EXTRA_CA (CA bundle pip must trust; default
+# the host's /etc/ssl/certs/ca-certificates.crt, which carries any TLS-intercepting proxy's CA),
+# ROUTER_IMAGE (default sglnode/router), BASE_IMAGE (default sglnode/debian:bookworm).
+# The CA is copied into the context as extra-ca.crt (git-ignored), used only in the builder stage,
+# and removed again when this script exits.
+set -euo pipefail
+
+readonly HOST_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
+version="${SGLANG_ROUTER_VERSION:-0.3.2}"
+image="${ROUTER_IMAGE:-sglnode/router}"
+base_image="${BASE_IMAGE:-sglnode/debian:bookworm}"
+tag="${image}:${version}"
+context="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+if [[ "${FORCE:-0}" != 1 ]] && docker image inspect "$tag" >/dev/null 2>&1; then
+  echo "${tag} exists; skipping build (FORCE=1 rebuilds)"
+  exit 0
+fi
+
+ca_source="${SGLNODE_EXTRA_CA:-$HOST_CA_BUNDLE}"
+staged_ca="${context}/extra-ca.crt"
+trap 'rm -f "$staged_ca"' EXIT
+if [[ -f "$ca_source" ]]; then
+  cp "$ca_source" "$staged_ca"
+elif [[ -n "${SGLNODE_EXTRA_CA:-}" ]]; then
+  echo "error: SGLNODE_EXTRA_CA=${SGLNODE_EXTRA_CA} is not a file" >&2
+  exit 2
+else
+  : >"$staged_ca" # no host bundle: the image's own CA store is used as is
+fi
+
+# DOCKER_BUILDKIT=0: the Dockerfile needs nothing from BuildKit, and hosts without buildx
+# (Docker 20.10 engines, CI) must build it too.
+DOCKER_BUILDKIT=0 docker build \
+  --build-arg "SGLANG_ROUTER_VERSION=${version}" \
+  --build-arg "BASE_IMAGE=${base_image}" \
+  --tag "$tag" \
+  "$context"
+echo "built ${tag}"
