@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Builds sglnode/sim:<sglnode version> (a TEST DOUBLE of the SGLang server) with the classic builder.
+#
+#   images/sim/build.sh            build unless the tag exists and was built from the same sources
+#   FORCE=1 images/sim/build.sh    rebuild anyway
+#
+# Env: SGLNODE_EXTRA_CA (CA bundle pip must trust; default the host's
+# /etc/ssl/certs/ca-certificates.crt, which carries any TLS-intercepting proxy's CA),
+# SIM_IMAGE (default sglnode/sim), BASE_IMAGE (default sglnode/debian:bookworm), PYTHON (the
+# interpreter that builds the sglnode wheel; default the repo's .venv, else python3).
+# The wheel (dist/) and the CA (extra-ca.crt) are staged in the context, git-ignored, used only in
+# the builder stage, and removed again when this script exits.
+set -euo pipefail
+
+readonly HOST_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
+context="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo_root="$(cd "${context}/../.." && pwd)"
+python="${PYTHON:-${repo_root}/.venv/bin/python}"
+[[ -x "$python" ]] || python=python3
+version="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "${repo_root}/tools/sglnode/__init__.py")"
+image="${SIM_IMAGE:-sglnode/sim}"
+base_image="${BASE_IMAGE:-sglnode/debian:bookworm}"
+tag="${image}:${version}"
+
+# The version alone does not change with every edit; the label records which sources went in.
+source_hash="$(cd "$repo_root" && find tools/sglnode pyproject.toml images/sim/Dockerfile images/sim/requirements.txt \
+  -type f \( -name '*.py' -o -name '*.yaml' -o -name '*.yml' -o -name '*.json' -o -name '*.toml' \
+  -o -name Dockerfile -o -name '*.txt' \) -not -path '*/__pycache__/*' -print0 \
+  | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)"
+
+if [[ "${FORCE:-0}" != 1 ]] && docker image inspect "$tag" >/dev/null 2>&1; then
+  built_from="$(docker image inspect --format '{{ index .Config.Labels "io.sglnode.source-hash" }}' "$tag")"
+  if [[ "$built_from" == "$source_hash" ]]; then
+    echo "${tag} exists (sources ${source_hash}); skipping build (FORCE=1 rebuilds)"
+    exit 0
+  fi
+  echo "${tag} was built from other sources (${built_from}); rebuilding"
+fi
+
+staged_ca="${context}/extra-ca.crt"
+dist="${context}/dist"
+trap 'rm -rf "$staged_ca" "$dist"' EXIT
+ca_source="${SGLNODE_EXTRA_CA:-$HOST_CA_BUNDLE}"
+if [[ -f "$ca_source" ]]; then
+  cp "$ca_source" "$staged_ca"
+elif [[ -n "${SGLNODE_EXTRA_CA:-}" ]]; then
+  echo "error: SGLNODE_EXTRA_CA=${SGLNODE_EXTRA_CA} is not a file" >&2
+  exit 2
+else
+  : >"$staged_ca" # no host bundle: the image's own CA store is used as is
+fi
+
+rm -rf "$dist"
+"$python" -m pip wheel --quiet --no-deps --wheel-dir "$dist" "$repo_root"
+
+# DOCKER_BUILDKIT=0: hosts without buildx (Docker 20.10 engines, CI) must build it too.
+DOCKER_BUILDKIT=0 docker build \
+  --build-arg "BASE_IMAGE=${base_image}" \
+  --build-arg "SGLNODE_VERSION=${version}" \
+  --build-arg "SGLNODE_SOURCE_HASH=${source_hash}" \
+  --tag "$tag" \
+  "$context"
+echo "built ${tag}"

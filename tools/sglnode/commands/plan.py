@@ -1,0 +1,153 @@
+"""`sglnode plan`: will a model fit on a GPU at a TP/mem fraction, and how fast can decode be.
+
+Exit codes (sglnode.exitcodes): 0 fits, 1 does not fit (the phase that fails is printed),
+64 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from sglnode.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from sglnode.planner import (
+    DEFAULT_CHUNKED_PREFILL_SIZE,
+    DEFAULT_CONCURRENCY,
+    DEFAULT_CUDA_GRAPH_MAX_BS,
+    DEFAULT_ROOFLINE_CONTEXT_TOKENS,
+    PlanResult,
+    ServerSpec,
+    plan,
+    resolve_model,
+)
+from sglnode.presets import HARDWARE_DIR, MODELS_DIR, PresetError, list_presets, load_gpu
+
+EXIT_FITS = EXIT_OK
+EXIT_DOES_NOT_FIT = EXIT_FAILED
+EXIT_BAD_INPUT = EXIT_USAGE
+
+
+def _concurrency(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from exc
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("concurrency values must be >= 1")
+    return values
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="memory plan and decode roofline for a model on a GPU (before launching SGLang)",
+        description=(
+            "Apply SGLang 0.5.23's memory budget (rest = free_after_weights - free_before_load x "
+            "(1 - mem_fraction_static)) and a bandwidth roofline. Estimates, not measurements. "
+            f"GPU presets: {', '.join(list_presets(HARDWARE_DIR))}. "
+            f"Model presets: {', '.join(list_presets(MODELS_DIR))}."
+        ),
+    )
+    model = parser.add_mutually_exclusive_group(required=True)
+    model.add_argument("--model", help="model preset name")
+    model.add_argument("--config", help="a Hugging Face config.json")
+    parser.add_argument("--weights-gb", type=float, help="total weight size in GB (2**30 bytes)")
+    parser.add_argument("--checkpoint", help="checkpoint dir or its model.safetensors.index.json")
+    parser.add_argument("--gpu", default="rtx-pro-6000-blackwell", help="GPU preset (default: %(default)s)")
+    parser.add_argument("--gpu-mem-gb", type=float, help="override GPU memory (GB as torch reports it)")
+    parser.add_argument("--gpu-bw-tbs", type=float, help="override GPU memory bandwidth (TB/s)")
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--dp", type=int, default=1)
+    parser.add_argument("--ep", type=int, default=1)
+    parser.add_argument("--mem-fraction-static", type=float, default=0.85)
+    parser.add_argument("--kv-cache-dtype", default="auto")
+    parser.add_argument("--context-length", type=int, help="default: the model's max_position_embeddings")
+    parser.add_argument("--cuda-graph-max-bs", type=int, default=DEFAULT_CUDA_GRAPH_MAX_BS)
+    parser.add_argument("--chunked-prefill-size", type=int, default=DEFAULT_CHUNKED_PREFILL_SIZE)
+    parser.add_argument("--speculative-algorithm", help="e.g. NEXTN, EAGLE (adds draft weights and KV)")
+    parser.add_argument(
+        "--speculative-draft-gb", type=float, help="draft weights in GB (default: from preset)"
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=_concurrency,
+        default=list(DEFAULT_CONCURRENCY),
+        help="comma-separated concurrencies for the roofline (default: 1,16,64)",
+    )
+    parser.add_argument(
+        "--roofline-context",
+        type=int,
+        default=DEFAULT_ROOFLINE_CONTEXT_TOKENS,
+        help="average context tokens per running request in the roofline (default: %(default)s)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.set_defaults(func=run)
+
+
+def _gpu(args: argparse.Namespace) -> Any:
+    overrides: dict[str, Any] = {}
+    if args.gpu_mem_gb is not None:
+        overrides["memory_gb"] = args.gpu_mem_gb
+    if args.gpu_bw_tbs is not None:
+        overrides["bandwidth_tbs"] = args.gpu_bw_tbs
+    return load_gpu({"preset": args.gpu, **overrides} if overrides else args.gpu)
+
+
+def build_plan(args: argparse.Namespace) -> PlanResult:
+    section: dict[str, Any] = {"weights_gb": args.weights_gb, "checkpoint": args.checkpoint}
+    section["preset" if args.model else "config"] = args.model or args.config
+    model = resolve_model(section)
+    server = ServerSpec(
+        tp=args.tp,
+        dp=args.dp,
+        ep=args.ep,
+        mem_fraction_static=args.mem_fraction_static,
+        kv_cache_dtype=args.kv_cache_dtype,
+        context_length=args.context_length,
+        cuda_graph_max_bs=args.cuda_graph_max_bs,
+        chunked_prefill_size=args.chunked_prefill_size,
+        speculative_algorithm=args.speculative_algorithm,
+        speculative_draft_gb=args.speculative_draft_gb,
+    )
+    return plan(model, _gpu(args), server, args.concurrency, args.roofline_context)
+
+
+def format_text(result: PlanResult) -> str:
+    server = result.server
+    lines = [
+        f"model {result.model.name} ({result.model.weights_gb:.2f} GB) on {result.gpu.name} "
+        f"({result.gpu.memory_gb:.2f} GB, {result.gpu.bandwidth_tbs} TB/s): "
+        f"tp={server.tp} dp={server.dp} ep={server.ep} mem_fraction_static={server.mem_fraction_static}",
+        f"  free before load  {result.pre_load_free_gb:8.2f} GB per GPU",
+        f"  weights           {result.weights_per_gpu_gb:8.2f} GB per GPU",
+        f"  KV pool           {result.kv_pool_gb:8.2f} GB = {result.kv_tokens} tokens "
+        f"({result.kv_cell_bytes:.0f} B/token)",
+        f"  max requests      {result.max_concurrent_requests} at {result.context_length} tokens of context",
+        f"  headroom          {result.headroom_gb:8.2f} GB (needs ~{result.runtime_need_gb:.2f} GB)",
+        f"  min mem fraction  {result.min_mem_fraction_static}",
+        ("FITS: " if result.fits else f"DOES NOT FIT ({result.failure_phase}): ") + result.reason,
+    ]
+    if result.roofline:
+        lines.append(
+            f"decode roofline (estimate, {result.roofline_context_tokens} tokens of context per request):"
+        )
+        lines.append(f"  {'concurrency':>11} {'tok/s':>10} {'tok/s/req':>10} {'GB/step':>9}")
+        for p in result.roofline:
+            note = "  (capped by KV pool)" if p.limited_by_kv_cache else ""
+            lines.append(
+                f"  {p.concurrency:>11} {p.decode_tok_s:>10.1f} {p.per_request_tok_s:>10.2f} "
+                f"{p.bytes_per_step_gb:>9.2f}{note}"
+            )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        result = build_plan(args)
+    except PresetError as exc:
+        print(f"sglnode plan: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(json.dumps(result.to_json(), indent=2) if args.json else format_text(result))
+    return EXIT_FITS if result.fits else EXIT_DOES_NOT_FIT
