@@ -1,0 +1,117 @@
+"""`sglnode topology check|render`: validate a topology file, or write what the roles would write.
+
+Exit codes: 0 valid (check) / rendered (render); 1 the topology has problems (every one listed,
+naming server and field); 2 the file cannot be read.
+JSON (`check --json`): {"valid": bool, "topology": str, "problems": [{"where", "message"}],
+"memory": [{"server", "fits", "failure_phase", "reason", "plan"}]}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from sglnode.topology.memory import check_memory
+from sglnode.topology.model import DEFAULT_NODE_GPUS, Problem, TopologyFileError, read_topology_file
+from sglnode.topology.render import DEFAULT_BIND_ADDRESS, RenderOptions, render
+from sglnode.topology.validate import format_problems, validate
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_UNREADABLE = 2
+DEFAULT_GPU_PRESET = "rtx-pro-6000-blackwell"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("topology", help="validate a serving topology or render its files")
+    actions = parser.add_subparsers(dest="topology_command", metavar="ACTION", required=True)
+
+    check = actions.add_parser("check", help="list every problem of a topology file (exit 1 if any)")
+    check.add_argument("file", type=Path)
+    check.add_argument("--node-gpus", type=int, default=DEFAULT_NODE_GPUS, help="GPUs per node (default: 8)")
+    check.add_argument("--gpu", default=DEFAULT_GPU_PRESET, help="GPU preset for the memory preflight")
+    check.add_argument("--no-memory", action="store_true", help="skip the planner's memory preflight")
+    check.add_argument("--json", action="store_true", help="print the result as JSON")
+    check.set_defaults(func=run_check)
+
+    out = actions.add_parser("render", help="write the files the nccl_env and sglang_serve roles write")
+    out.add_argument("file", type=Path)
+    out.add_argument("--out", type=Path, required=True, help="directory standing in for the node's /")
+    out.add_argument("--runtime", choices=("real", "sim"), default="real")
+    out.add_argument("--bind-address", default=DEFAULT_BIND_ADDRESS, help="address published ports bind to")
+    out.add_argument("--node", help="node to render for (multi-node topologies; default: the first)")
+    out.add_argument("--prefix", default="", help="node_prefix the units' paths point under")
+    out.add_argument("--node-gpus", type=int, default=DEFAULT_NODE_GPUS)
+    out.add_argument("--p2p-unsafe", action="store_true", help="preflight found ACS/IOMMU on the GPU path")
+    out.add_argument("--infiniband", action="store_true", help="the node has InfiniBand")
+    out.add_argument("--api-key", action="store_true", help="reference the API key secret files")
+    out.set_defaults(func=run_render)
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    try:
+        return read_topology_file(path)
+    except TopologyFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+
+
+def run_check(args: argparse.Namespace) -> int:
+    data = _load(args.file)
+    if data is None:
+        return EXIT_UNREADABLE
+    topology, problems = validate(data, node_gpus=args.node_gpus)
+    verdicts = []
+    if not problems and not args.no_memory:
+        verdicts, memory_problems = check_memory(topology, args.gpu)
+        problems.extend(memory_problems)
+    if args.json:
+        result = {
+            "valid": not problems,
+            "topology": topology.name,
+            "problems": [p.to_json() for p in problems],
+            "memory": [v.to_json() for v in verdicts],
+        }
+        print(json.dumps(result, indent=2))
+    elif problems:
+        print(f"topology {topology.name or args.file}: {len(problems)} problem(s)")
+        print(format_problems(problems))
+    else:
+        memory = "" if args.no_memory else f"; memory preflight fits on {args.gpu} (planner estimate)"
+        print(f"topology {topology.name}: valid ({len(topology.servers)} server(s)){memory}")
+    return EXIT_INVALID if problems else EXIT_OK
+
+
+def run_render(args: argparse.Namespace) -> int:
+    data = _load(args.file)
+    if data is None:
+        return EXIT_UNREADABLE
+    topology, problems = validate(data, node_gpus=args.node_gpus)
+    if args.node and topology.node(args.node) is None:
+        problems.append(Problem("--node", f"{args.node!r} is not a node of the topology"))
+    if problems:
+        print(
+            f"topology {topology.name or args.file}: not rendered, {len(problems)} problem(s)",
+            file=sys.stderr,
+        )
+        print(format_problems(problems), file=sys.stderr)
+        return EXIT_INVALID
+    options = RenderOptions(
+        runtime=args.runtime,
+        node=args.node,
+        bind_address=args.bind_address,
+        prefix=args.prefix,
+        p2p_safe=not args.p2p_unsafe,
+        infiniband=args.infiniband,
+        api_key=args.api_key,
+    )
+    for rendered in render(topology, options):
+        target = args.out / rendered.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(rendered.content, encoding="utf-8")
+        target.chmod(int(rendered.mode, 8))
+        print(target)
+    return EXIT_OK

@@ -1,0 +1,257 @@
+"""The renderer: every file the roles write, from the topology alone, byte-stable."""
+
+import copy
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sglnode.topology import RenderOptions, read_topology_file, render, validate
+
+REPO = Path(__file__).resolve().parents[2]
+TOPOLOGIES = REPO / "inventory" / "topologies"
+SHIPPED = sorted(TOPOLOGIES.glob("*.yml"))
+
+
+def rendered(name, **options):
+    topology, problems = validate(read_topology_file(TOPOLOGIES / f"{name}.yml"))
+    assert problems == []
+    return {f.path: f for f in render(topology, RenderOptions(**options))}
+
+
+def env_lines(text):
+    return dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def compose(files, name="compose.yaml"):
+    return yaml.safe_load(next(f.content for p, f in files.items() if p.endswith("/" + name)))
+
+
+def test_pd_renders_env_files_compose_and_unit_with_modes():
+    files = rendered("pd-1p1d")
+    assert {p: (f.mode, f.kind) for p, f in files.items()} == {
+        "etc/sglang/pd-1p1d/prefill0.env": ("0640", "nccl_env"),
+        "etc/sglang/pd-1p1d/decode0.env": ("0640", "nccl_env"),
+        "etc/sglang/pd-1p1d/compose.yaml": ("0644", "compose"),
+        "etc/sglang/pd-1p1d/compose.sim.yaml": ("0644", "compose"),
+        "etc/systemd/system/sglang-pd-1p1d.service": ("0644", "unit"),
+    }
+
+
+def test_env_file_has_the_pcie_block_and_a_comment_before_every_line():
+    text = rendered("pd-1p1d")["etc/sglang/pd-1p1d/prefill0.env"].content
+    env = env_lines(text)
+    assert env == {
+        "NCCL_ALGO": "Ring",
+        "NCCL_PROTO": "LL",
+        "NCCL_P2P_LEVEL": "SYS",
+        "NCCL_MIN_NCHANNELS": "4",
+        "NCCL_MAX_NCHANNELS": "16",
+        "NCCL_IB_DISABLE": "1",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "NCCL_CUMEM_ENABLE": "0",
+        "NCCL_DEBUG": "WARN",
+    }
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        if line and not line.startswith("#"):
+            assert lines[index - 1].startswith("# "), f"no why-comment above {line}"
+
+
+def test_p2p_unsafe_node_gets_p2p_disable_and_no_custom_all_reduce():
+    files = rendered("pd-1p1d", p2p_safe=False)
+    env = env_lines(files["etc/sglang/pd-1p1d/decode0.env"].content)
+    assert env["NCCL_P2P_DISABLE"] == "1"
+    assert "NCCL_P2P_LEVEL" not in env
+    for service in ("prefill0", "decode0"):
+        assert "--disable-custom-all-reduce" in compose(files)["services"][service]["command"]
+    safe = compose(rendered("pd-1p1d"))
+    assert "--disable-custom-all-reduce" not in safe["services"]["prefill0"]["command"]
+
+
+def test_infiniband_node_keeps_ib_enabled():
+    env = env_lines(rendered("tp8", infiniband=True)["etc/sglang/tp8/tp8.env"].content)
+    assert "NCCL_IB_DISABLE" not in env
+
+
+def test_topology_then_server_overrides_win_and_say_so():
+    data = read_topology_file(TOPOLOGIES / "pd-1p1d.yml")
+    data["nccl"] = {"NCCL_DEBUG": "INFO", "NCCL_PROTO": "Simple"}
+    data["servers"][0]["nccl"] = {"NCCL_PROTO": "LL128"}
+    topology, problems = validate(data)
+    assert problems == []
+    files = {f.path: f.content for f in render(topology)}
+    prefill = files["etc/sglang/pd-1p1d/prefill0.env"]
+    assert env_lines(prefill)["NCCL_PROTO"] == "LL128"
+    assert env_lines(prefill)["NCCL_DEBUG"] == "INFO"
+    assert "# Set by the server prefill0 (nccl:); the PCIe default is" in prefill
+    assert env_lines(files["etc/sglang/pd-1p1d/decode0.env"])["NCCL_PROTO"] == "Simple"
+
+
+def test_compose_pins_gpus_binds_ports_to_the_bind_address_and_mounts_model_read_only():
+    services = compose(rendered("pd-1p1d", bind_address="10.1.2.3"))["services"]
+    prefill = services["prefill0"]
+    device = prefill["deploy"]["resources"]["reservations"]["devices"][0]
+    assert device["device_ids"] == ["0", "1", "2", "3"]
+    assert services["decode0"]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == [
+        "4",
+        "5",
+        "6",
+        "7",
+    ]
+    assert prefill["ports"] == ["10.1.2.3:30001:30001"]
+    assert services["router"]["ports"] == ["10.1.2.3:30000:30000", "10.1.2.3:29000:29000"]
+    assert prefill["volumes"] == ["/srv/models/DeepSeek-V4-Flash:/models/DeepSeek-V4-Flash:ro"]
+    assert prefill["ipc"] == "host" and prefill["init"] is True
+    assert prefill["ulimits"]["memlock"] == {"soft": -1, "hard": -1}
+    assert prefill["healthcheck"]["start_period"] == "1800s"
+    assert "/health" in prefill["healthcheck"]["test"][-1]
+    assert prefill["env_file"] == ["./prefill0.env"]
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_no_port_is_ever_published_on_all_interfaces(path):
+    topology, _ = validate(read_topology_file(path))
+    for node in topology.node_names:
+        for f in render(topology, RenderOptions(node=node)):
+            if f.path.endswith("compose.yaml"):
+                for service in yaml.safe_load(f.content)["services"].values():
+                    for port in service.get("ports", []):
+                        assert port.startswith("127.0.0.1:"), port
+
+
+def test_pd_router_is_the_real_router_in_pd_mode_with_bootstrap_port():
+    command = compose(rendered("pd-1p1d"))["services"]["router"]["command"]
+    assert command[:3] == ["python3", "-m", "sglang_router.launch_router"]
+    joined = " ".join(command)
+    assert "--pd-disaggregation --prefill http://prefill0:30001 8998 --decode http://decode0:30002" in joined
+    assert "--prometheus-port 29000" in joined and "--policy cache_aware" in joined
+
+
+def test_replicas_router_uses_worker_urls():
+    command = compose(rendered("tp4x2"))["services"]["router"]["command"]
+    start = command.index("--worker-urls")
+    assert command[start + 1 : start + 3] == ["http://replica0:30001", "http://replica1:30002"]
+    assert "--pd-disaggregation" not in command
+
+
+def test_sglang_command_uses_0523_flags_for_fields():
+    command = compose(rendered("tp8"))["services"]["tp8"]["command"]
+    assert command[:3] == ["python3", "-m", "sglang.launch_server"]
+    assert command[command.index("--cuda-graph-max-bs-decode") + 1] == "128"
+    assert "--cuda-graph-max-bs" not in command
+    assert command[command.index("--tp-size") + 1] == "8"
+    mtp = compose(rendered("tp4-mtp"))["services"]["mtp0"]["command"]
+    assert " ".join(mtp).count("--speculative-") == 4
+    assert mtp[mtp.index("--speculative-algorithm") + 1] == "NEXTN"
+
+
+def test_multinode_renders_each_rank_with_dist_init_and_host_network():
+    node_a = compose(rendered("multinode-pd", node="node-a", bind_address="10.0.0.11"))["services"]
+    node_b = compose(rendered("multinode-pd", node="node-b", bind_address="10.0.0.12"))["services"]
+    assert set(node_a) == {"prefill0", "decode0", "router"}
+    assert set(node_b) == {"prefill0", "decode0"}
+    for services, rank in ((node_a, "0"), (node_b, "1")):
+        command = services["prefill0"]["command"]
+        assert command[command.index("--dist-init-addr") + 1] == "10.0.0.11:20000"
+        assert command[command.index("--nnodes") + 1] == "2"
+        assert command[command.index("--node-rank") + 1] == rank
+        assert services["prefill0"]["network_mode"] == "host"
+        assert "ports" not in services["prefill0"]
+    assert "healthcheck" in node_a["prefill0"] and "healthcheck" not in node_b["prefill0"]
+    assert "--prefill http://10.0.0.11:30001 8998" in " ".join(node_a["router"]["command"])
+
+
+def test_sim_override_swaps_image_and_entrypoint_and_resets_gpus():
+    text = rendered("pd-1p1d")["etc/sglang/pd-1p1d/compose.sim.yaml"].content
+    assert "deploy: !reset {}" in text and "volumes: !reset []" in text
+    override = yaml.load(text, Loader=_ResetLoader)
+    prefill = override["services"]["prefill0"]
+    assert prefill["entrypoint"] == ["sglnode", "sim"]
+    assert prefill["image"].startswith("sglnode/sim:")
+    assert prefill["environment"] == {
+        "SGLNODE_SIM_GPU": "rtx-pro-6000-blackwell",
+        "SGLNODE_SIM_MODEL": "deepseek-v4-flash-fp4",
+    }
+    assert "router" not in override["services"]
+
+
+class _ResetLoader(yaml.SafeLoader):
+    pass
+
+
+_ResetLoader.add_constructor("!reset", lambda loader, node: None)
+
+
+def test_api_key_comes_from_secret_files_never_from_rendered_text():
+    files = rendered("pd-1p1d", api_key=True)
+    services = compose(files)["services"]
+    command = services["prefill0"]["command"]
+    assert command[command.index("--config") + 1] == "/run/sglang/api-key.yaml"
+    assert "--api-key" not in command
+    assert "./api-key.yaml:/run/sglang/api-key.yaml:ro" in services["prefill0"]["volumes"]
+    assert services["router"]["env_file"] == ["./api-key.env"]
+    assert "$$SGLANG_API_KEY" in services["router"]["entrypoint"][2]
+
+
+def test_unit_runs_compose_for_the_project_and_adds_the_sim_override_for_sim():
+    real = rendered("tp4x2")["etc/systemd/system/sglang-tp4x2.service"].content
+    assert "ExecStart=/usr/bin/docker compose --project-name sglang-tp4x2 --file compose.yaml up" in real
+    assert "ExecStop=/usr/bin/docker compose --project-name sglang-tp4x2 --file compose.yaml down" in real
+    assert "WantedBy=multi-user.target" in real
+    sim = rendered("tp4x2", runtime="sim", prefix="/srv/sim")[
+        "etc/systemd/system/sglang-tp4x2.service"
+    ].content
+    assert "--file compose.yaml --file compose.sim.yaml up" in sim
+    assert "WorkingDirectory=/srv/sim/etc/sglang/tp4x2" in sim
+
+
+def test_render_is_deterministic():
+    first = rendered("multinode-pd")
+    second = rendered("multinode-pd")
+    assert [f.to_json() for f in first.values()] == [f.to_json() for f in second.values()]
+
+
+def test_args_render_sorted_switches_bare_and_false_left_out():
+    data = read_topology_file(TOPOLOGIES / "tp8.yml")
+    data["servers"][0]["args"] = {"log_level": "info", "enable_metrics": True, "disable_radix_cache": False}
+    topology, problems = validate(copy.deepcopy(data))
+    assert problems == []
+    command = yaml.safe_load(render(topology)[1].content)["services"]["tp8"]["command"]
+    assert command[-3:] == ["--enable-metrics", "--log-level", "info"]
+
+
+SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
+
+
+@pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze not installed")
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_units_pass_systemd_analyze_verify(path, tmp_path):
+    topology, _ = validate(read_topology_file(path))
+    docker = shutil.which("docker") or "/usr/bin/docker"
+    if not Path(docker).exists():
+        pytest.skip("docker binary needed for ExecStart")
+    for runtime in ("real", "sim"):
+        unit = next(
+            f for f in render(topology, RenderOptions(runtime=runtime, docker_bin=docker)) if f.kind == "unit"
+        )
+        target = tmp_path / runtime / Path(unit.path).name
+        target.parent.mkdir()
+        target.write_text(unit.content)
+        result = subprocess.run(
+            [SYSTEMD_ANALYZE, "verify", str(target)], check=False, capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == 0 and result.stderr.strip() == "", result.stderr
+
+
+@pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze not installed")
+def test_systemd_analyze_check_catches_a_broken_unit(tmp_path):
+    # Control for the test above: verify's warnings go to stderr with exit 0, so stderr is checked.
+    target = tmp_path / "broken.service"
+    target.write_text("[Service]\nType=bogus\nExecStart=/bin/true\n")
+    result = subprocess.run(
+        [SYSTEMD_ANALYZE, "verify", str(target)], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert result.stderr.strip() != ""
