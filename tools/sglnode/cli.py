@@ -6,17 +6,25 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from sglnode import __version__
+from sglnode.exitcodes import EXIT_USAGE
 
 # One module per subcommand, in the order `--help` lists them.
-COMMAND_MODULES: tuple[str, ...] = ("plan",)
+COMMAND_MODULES: tuple[str, ...] = ("plan", "bench", "wait", "diagnose", "topology", "sim", "validate")
 
-EXIT_USAGE = 2
+
+class UsageParser(argparse.ArgumentParser):
+    """argparse with sglnode's usage exit code (64), leaving 2 to `sglnode wait`'s "crashed"."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = UsageParser(
         prog="sglnode",
         description="Validate an SGLang rollout: topology, readiness, diagnosis, memory plan, benchmark.",
     )

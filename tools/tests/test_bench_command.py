@@ -45,7 +45,8 @@ def test_warmup_requests_are_sent_but_not_measured(tmp_path):
             == 0
         )
         streamed = sum(1 for h in server.headers if b"/generate" in h)
-    assert streamed == 7
+    # 3 warmup + 4 measured + the one-token probe that asks whether the target is the simulator
+    assert streamed == 3 + 4 + 1
     assert json.loads(out.read_text())["stages"][0]["requests"]["sent"] == 4
 
 

@@ -1,8 +1,10 @@
 """What the bench is pointed at: address parsing and the simulator check.
 
-The simulator (`sglnode sim`) says what it is on two endpoints: /server_info has
-"simulated": true and /metrics has the gauge `sglnode_simulated 1`. A figure measured against
-it is a property of the simulator, never of SGLang, and the report says so loudly.
+The simulator (`sglnode sim`) says what it is: /server_info has "simulated": true, /metrics has
+the gauge `sglnode_simulated 1`, and every generation's JSON carries "simulated": true. A router in
+front (sglang-router) answers neither of the first two itself, so a one-token /generate is the
+last probe. A figure measured against the simulator is a property of the simulator, never of
+SGLang, and the report says so loudly.
 """
 
 from __future__ import annotations
@@ -36,8 +38,14 @@ def parse_url(url: str) -> Endpoint:
     return Endpoint(parts.hostname, port, f"http://{parts.netloc}")
 
 
-def _get(url: str, api_key: str | None) -> str | None:
-    request = urllib.request.Request(url)
+# The smallest generation that passes through a router to a worker (and, for PD, both sides).
+ONE_TOKEN_GENERATE = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 1}}).encode()
+
+
+def _get(url: str, api_key: str | None, data: bytes | None = None) -> str | None:
+    request = urllib.request.Request(
+        url, data=data, headers={"Content-Type": "application/json"} if data else {}
+    )
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
     try:
@@ -45,6 +53,17 @@ def _get(url: str, api_key: str | None) -> str | None:
             return response.read(1 << 20).decode(errors="replace")
     except (urllib.error.URLError, OSError, ValueError):
         return None
+
+
+def _says_simulated(body: str) -> bool:
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return False
+    if not isinstance(payload, dict):
+        return False
+    meta = payload.get("meta_info")
+    return payload.get("simulated") is True or (isinstance(meta, dict) and meta.get("simulated") is True)
 
 
 def probe_simulated(base_url: str, api_key: str | None) -> dict[str, object]:
@@ -60,4 +79,8 @@ def probe_simulated(base_url: str, api_key: str | None) -> dict[str, object]:
     metrics = _get(f"{base_url}/metrics", api_key)
     if metrics and _SIM_GAUGE_RE.search(metrics):
         evidence.append("/metrics has sglnode_simulated 1")
+    if not evidence:
+        generated = _get(f"{base_url}/generate", api_key, ONE_TOKEN_GENERATE)
+        if generated and _says_simulated(generated):
+            evidence.append('a one-token /generate answered with "simulated": true')
     return {"simulated": bool(evidence), "evidence": evidence}

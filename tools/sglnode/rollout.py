@@ -1,0 +1,272 @@
+"""The rollout check behind `sglnode validate`: every server ready, one generation through the router,
+then a bounded benchmark against targets, with a report a person reads and a JSON a machine reads.
+
+It composes the other commands instead of re-implementing them: `sglnode wait` per server (following
+the compose service's log, so a crash is diagnosed within a second), `sglnode wait --pd` or a plain
+wait through the router, the planner's roofline for the decode side, and `sglnode bench`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sglnode.topology.memory import check_memory
+from sglnode.topology.model import Server, Topology
+
+# Roles whose servers produce output tokens (their roofline bounds the router's throughput).
+DECODING_ROLES = ("decode", "regular")
+EXIT_READY = 0
+EXIT_TARGET_MISSED = 1
+EXIT_CRASHED = 2
+EXIT_TIMED_OUT = 3
+EXIT_UNREACHABLE = 4
+# SGLang prefixes its log lines with "[YYYY-mm-dd HH:MM:SS ...]" (python/sglang/srt/utils: configure_logger).
+LOG_TIMESTAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
+SIMULATED_NOTE = (
+    "SIMULATED: the servers are `sglnode sim`, a test double of SGLang. Every figure below describes "
+    "the simulator on this machine, not SGLang and not the GPU node."
+)
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    api: str = "chat"
+    concurrency: str = "1,4,16"
+    num_requests: int = 48
+    duration_s: float = 60.0
+    input_len: int = 256
+    output_len: int = 128
+    targets: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    compose_dir: Path
+    report_dir: Path
+    bind_address: str = "127.0.0.1"
+    node: str | None = None
+    gpu: str = "rtx-pro-6000-blackwell"
+    timeout_s: float = 1800.0
+    api_key: str | None = None
+    bench: BenchSettings = field(default_factory=BenchSettings)
+
+
+def _sglnode(*args: str) -> list[str]:
+    return [sys.executable, "-m", "sglnode", *args]
+
+
+def _run_json(argv: list[str], timeout_s: float) -> tuple[int, dict[str, Any] | None, str]:
+    """Run an sglnode command that prints one JSON object; (exit code, object, stderr tail)."""
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+    try:
+        payload = json.loads(proc.stdout) if proc.stdout.strip() else None
+    except json.JSONDecodeError:
+        payload = None
+    return proc.returncode, payload, proc.stderr[-2000:]
+
+
+def servers_on_node(topology: Topology, node: str) -> list[Server]:
+    return [server for server in topology.servers if node in server.nodes]
+
+
+def wait_for_server(server: Server, settings: RolloutSettings) -> dict[str, Any]:
+    compose = settings.compose_dir / "compose.yaml"
+    url = f"http://{settings.bind_address}:{server.port}"
+    argv = _sglnode(
+        "wait", "--url", url, "--compose-file", str(compose), "--service", server.name,
+        "--timeout", str(settings.timeout_s), "--json",
+    )  # fmt: skip
+    code, payload, stderr = _run_json(argv, settings.timeout_s + 60)
+    return {"server": server.name, "url": url, "exit_code": code, "result": payload, "stderr": stderr}
+
+
+def wait_for_router(topology: Topology, settings: RolloutSettings) -> dict[str, Any]:
+    url = f"http://{settings.bind_address}:{topology.router.port}"
+    is_pd = any(server.role == "prefill" for server in topology.servers)
+    argv = _sglnode("wait", "--url", url, "--timeout", str(settings.timeout_s), "--json")
+    if is_pd:
+        argv.append("--pd")  # /health can stay 200 while KV transfer fails: one real generation
+    code, payload, stderr = _run_json(argv, settings.timeout_s + 60)
+    return {
+        "server": "router",
+        "url": url,
+        "exit_code": code,
+        "result": payload,
+        "stderr": stderr,
+        "pd": is_pd,
+    }
+
+
+def aggregate_plan(topology: Topology, gpu: str) -> dict[str, Any] | None:
+    """The decode side's plan; N identical decoding servers behind the router scale its roofline by N."""
+    verdicts, problems = check_memory(topology, gpu)
+    if problems:
+        return None
+    decoding = {s.name for s in topology.servers if s.role in DECODING_ROLES}
+    plans = [v.plan for v in verdicts if v.server in decoding]
+    if not plans:
+        return None
+    replicas = len(plans)
+    plan = dict(plans[0])
+    plan["replicas_behind_router"] = replicas
+    plan["roofline"] = [
+        {
+            **point,
+            "concurrency": point["concurrency"] * replicas,
+            "decode_tok_s": point["decode_tok_s"] * replicas,
+        }
+        for point in plans[0]["roofline"]
+    ]
+    return plan
+
+
+def run_bench(topology: Topology, settings: RolloutSettings, plan_path: Path | None) -> dict[str, Any]:
+    bench = settings.bench
+    out = settings.report_dir
+    argv = _sglnode(
+        "bench", "--url", f"http://{settings.bind_address}:{topology.router.port}",
+        "--api", bench.api, "--model", topology.model.served_name or topology.model.path,
+        "--concurrency", bench.concurrency, "--num-requests", str(bench.num_requests),
+        "--duration", str(bench.duration_s), "--input-len", str(bench.input_len),
+        "--output-len", str(bench.output_len), "--no-progress",
+        "--json", str(out / "bench.json"), "--plot", str(out / "bench.png"),
+    )  # fmt: skip
+    if plan_path:
+        argv += ["--plan", str(plan_path)]
+    if settings.api_key:
+        argv += ["--api-key", settings.api_key]
+    for flag, value in bench.targets.items():
+        argv += [f"--{flag.replace('_', '-')}", str(value)]
+    started = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    report = json.loads((out / "bench.json").read_text()) if (out / "bench.json").exists() else None
+    return {
+        "exit_code": proc.returncode,
+        "elapsed_s": round(time.monotonic() - started, 1),
+        "table": proc.stdout,
+        "stderr": proc.stderr[-2000:],
+        "report": report,
+        "plot": str(out / "bench.png") if (out / "bench.png").exists() else None,
+    }
+
+
+def _is_simulated(waits: list[dict[str, Any]], bench: dict[str, Any] | None) -> bool:
+    if bench and bench.get("report") and bench["report"]["target"].get("simulated"):
+        return True
+    return any(((w.get("result") or {}).get("probe") or {}).get("simulated") for w in waits)
+
+
+def run_rollout_check(
+    topology: Topology, settings: RolloutSettings, simulated_runtime: bool
+) -> dict[str, Any]:
+    settings.report_dir.mkdir(parents=True, exist_ok=True)
+    node = settings.node or topology.nodes[0].name
+    servers = servers_on_node(topology, node)
+    # All at once: the servers start together, and each watcher diagnoses its own crash at once.
+    with ThreadPoolExecutor(max_workers=max(len(servers), 1)) as pool:
+        waits = list(pool.map(lambda server: wait_for_server(server, settings), servers))
+    outcome = {"topology": topology.name, "node": node, "waits": waits, "bench": None, "plan": None}
+    failed = [w for w in waits if w["exit_code"] != EXIT_READY]
+    if not failed and topology.router.node == node:
+        router = wait_for_router(topology, settings)
+        waits.append(router)
+        failed = [router] if router["exit_code"] != EXIT_READY else []
+    if failed:
+        outcome["exit_code"] = failed[0]["exit_code"]
+    else:
+        plan = aggregate_plan(topology, settings.gpu)
+        plan_path = None
+        if plan:
+            plan_path = settings.report_dir / "plan.json"
+            plan_path.write_text(json.dumps(plan, indent=2) + "\n")
+        outcome["plan"] = plan
+        outcome["bench"] = run_bench(topology, settings, plan_path)
+        outcome["exit_code"] = EXIT_READY if outcome["bench"]["exit_code"] == 0 else EXIT_TARGET_MISSED
+    outcome["simulated"] = simulated_runtime or _is_simulated(waits, outcome["bench"])
+    (settings.report_dir / "report.json").write_text(json.dumps(outcome, indent=2, default=str) + "\n")
+    (settings.report_dir / "report.md").write_text(render_report(outcome))
+    return outcome
+
+
+def _log_time(text: str) -> datetime | None:
+    match = LOG_TIMESTAMP.match(text)
+    return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S") if match else None
+
+
+def startup_timeline(milestones: list[dict[str, Any]]) -> list[tuple[str, float]]:
+    """First time each startup stage was seen, in seconds since the first milestone.
+
+    The log's own timestamps are used when present, so a wait that started after the server
+    (and replayed its log) still shows how long each stage really took.
+    """
+    first_seen: dict[str, dict[str, Any]] = {}
+    for milestone in milestones:
+        first_seen.setdefault(milestone["stage"], milestone)
+    stamps = [_log_time(m["text"]) for m in first_seen.values()]
+    if all(stamps) and stamps:
+        start = stamps[0]
+        return [
+            (stage, (stamp - start).total_seconds()) for stage, stamp in zip(first_seen, stamps, strict=True)
+        ]
+    start_s = next(iter(first_seen.values()))["elapsed_s"] if first_seen else 0.0
+    return [(stage, m["elapsed_s"] - start_s) for stage, m in first_seen.items()]
+
+
+def _timeline(wait: dict[str, Any]) -> str:
+    result = wait.get("result") or {}
+    steps = [f"{stage} +{seconds:.0f}s" for stage, seconds in startup_timeline(result.get("milestones", []))]
+    verdict = result.get("outcome", f"exit {wait['exit_code']}")
+    return f"- {wait['server']} ({wait['url']}): {verdict}, waited {result.get('elapsed_s', '?')} s" + (
+        f"; startup: {', '.join(steps)}" if steps else ""
+    )
+
+
+def _diagnosis(wait: dict[str, Any]) -> list[str]:
+    diagnosis = (wait.get("result") or {}).get("diagnosis")
+    if not diagnosis:
+        return [f"  no diagnosis; stderr: {wait['stderr'].strip()[-500:]}"] if wait["exit_code"] else []
+    lines = [
+        f"  cause: {diagnosis['cause']}"
+        + (f" (phase {diagnosis['phase']})" if diagnosis.get("phase") else "")
+    ]
+    lines += [f"  evidence line {e['line_no']}: {e['text']}" for e in diagnosis.get("evidence", [])[:6]]
+    lines.append(f"  fix: {diagnosis['fix']}")
+    return lines
+
+
+def render_report(outcome: dict[str, Any]) -> str:
+    lines = [f"# Rollout check: topology {outcome['topology']} on node {outcome['node']}", ""]
+    if outcome["simulated"]:
+        lines += [f"**{SIMULATED_NOTE}**", ""]
+    lines += ["## Readiness", ""]
+    for wait in outcome["waits"]:
+        lines.append(_timeline(wait))
+        lines += _diagnosis(wait)
+    bench = outcome.get("bench")
+    if bench:
+        lines += [
+            "",
+            "## Throughput and latency (sglnode bench through the router)",
+            "",
+            "```",
+            bench["table"].rstrip(),
+        ]
+        lines += ["```", ""]
+        if bench.get("plot"):
+            lines.append(f"Plot: {bench['plot']}")
+        if outcome.get("plan"):
+            lines.append(
+                "Roofline from `sglnode plan` (an estimate, not a measurement) for "
+                f"{outcome['plan'].get('replicas_behind_router', 1)} decoding server(s)."
+            )
+    lines += ["", f"Result: exit {outcome['exit_code']}", ""]
+    return "\n".join(lines)
