@@ -1,0 +1,28 @@
+"""What cuda_toolkit must leave: real nvcc (host mount) plus TEST FIXTURE NCCL/cuDNN packages."""
+
+import json
+
+HELD = ["libnccl2", "libnccl-dev", "libcudnn9-cuda-13", "libcudnn9-dev-cuda-13"]
+
+
+def test_nccl_and_cudnn_at_pinned_versions_and_held(host):
+    assert host.package("libnccl2").version == "2.27.7-1+cuda13.0"
+    assert host.package("libcudnn9-cuda-13").version == "9.13.0.50-1"
+    assert sorted(host.check_output("apt-mark showhold").split()) == sorted(HELD)
+
+
+def test_login_shell_finds_nvcc_13_0(host):
+    out = host.check_output("bash -lc 'echo $CUDA_HOME; nvcc --version'")
+    assert out.splitlines()[0] == "/usr/local/cuda-13.0"
+    assert "release 13.0" in out
+
+
+def test_linker_config_points_at_toolkit_libs(host):
+    assert host.file("/etc/ld.so.conf.d/cuda-sglnode.conf").contains("^/usr/local/cuda-13.0/lib64$")
+    assert "libcudart.so" in host.check_output("ldconfig -p")
+
+
+def test_probe_cubin_is_sm_120a(host):
+    cubin = "/var/lib/sglnode/cuda-probe/probe.cubin"
+    report = json.loads(host.check_output(f"python3 /var/lib/sglnode/cuda-probe/cubin_arch.py {cubin}"))
+    assert report == {"machine": 190, "sm": 120, "ptxas_arch": "sm_120a"}

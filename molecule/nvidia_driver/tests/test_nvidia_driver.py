@@ -1,0 +1,41 @@
+"""What nvidia_driver must leave on a node (run against TEST FIXTURE stand-in packages)."""
+
+DRIVER_PACKAGES = ["nvidia-open", "nvidia-kernel-open-dkms", "nvidia-driver-cuda", "nvidia-persistenced"]
+
+
+def test_cuda_repo_is_signed_by_its_own_key(host):
+    sources = host.file("/etc/apt/sources.list.d/nvidia-cuda.sources")
+    assert sources.contains("^Signed-By: /etc/apt/keyrings/nvidia-cuda.asc$")
+    assert host.file("/etc/apt/keyrings/nvidia-cuda.asc").contains("BEGIN PGP PUBLIC KEY BLOCK")
+
+
+def test_driver_stays_on_branch_580_although_590_is_offered(host):
+    # The fixture repo also carries nvidia-open 590.x: only the pin keeps apt on 580.
+    assert host.package("nvidia-open").version == "580.95.05-1"
+    policy = host.check_output("apt-cache policy nvidia-open")
+    assert "590.44.01-1" in policy
+    assert "Candidate: 580.95.05-1" in policy
+
+
+def test_driver_packages_are_held(host):
+    held = host.check_output("apt-mark showhold").split()
+    assert sorted(held) == sorted(DRIVER_PACKAGES)
+
+
+def test_unattended_upgrades_blacklist_covers_nvidia_and_cuda(host):
+    conf = host.file("/etc/apt/apt.conf.d/51nvidia-sglnode-no-unattended")
+    for pattern in ("nvidia-", "libnvidia-", "cuda-"):
+        assert conf.contains(f'"{pattern}";')
+    dumped = host.check_output("apt-config dump Unattended-Upgrade::Package-Blacklist")
+    assert '"libnvidia-"' in dumped
+
+
+def test_nouveau_blacklisted_and_hmm_disabled(host):
+    assert host.file("/etc/modprobe.d/blacklist-nouveau-sglnode.conf").contains("^blacklist nouveau$")
+    assert host.file("/etc/modprobe.d/nvidia-sglnode.conf").contains("^options nvidia_uvm uvm_disable_hmm=1$")
+
+
+def test_persistenced_enabled_and_running(host):
+    service = host.service("nvidia-persistenced")
+    assert service.is_enabled
+    assert service.is_running

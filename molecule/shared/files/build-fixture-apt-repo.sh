@@ -1,0 +1,125 @@
+#!/bin/sh
+# TEST FIXTURE: builds a signed, flat apt repository of STAND-IN packages that carry the
+# names NVIDIA's CUDA repo, NVIDIA's container-toolkit repo and Docker's repo use, so the
+# host roles' real repo setup, pinning, holds and blacklists run through real apt in molecule.
+# None of these packages contains NVIDIA or Docker software: each one says so in its
+# description and ships at most a tiny labelled stand-in script or systemd unit.
+# Served as http://127.0.0.1:<port>/{cuda,docker,nvidia-container-toolkit}/ (aliases of one repo).
+# Usage: build-fixture-apt-repo.sh <repo dir>   (needs dpkg-deb, apt-ftparchive, gpg)
+set -eu
+
+REPO_DIR="$1"
+WORK_DIR="$(mktemp -d)"
+trap 'rm -rf "$WORK_DIR"' EXIT
+LABEL="TEST FIXTURE stand-in, not the real package"
+ARCH="$(dpkg --print-architecture)"
+
+mkdir -p "$REPO_DIR"
+
+# make_pkg NAME VERSION DEPENDS [FILES_DIR]: one stand-in .deb, optionally with a payload tree.
+make_pkg() {
+  name="$1" version="$2" depends="$3" payload="${4:-}"
+  root="$WORK_DIR/$name"
+  mkdir -p "$root/DEBIAN"
+  if [ -n "$payload" ]; then cp -a "$payload/." "$root/"; fi
+  {
+    echo "Package: $name"
+    echo "Version: $version"
+    echo "Architecture: $ARCH"
+    echo "Maintainer: sglnode molecule fixtures <fixtures@invalid>"
+    if [ -n "$depends" ]; then echo "Depends: $depends"; fi
+    echo "Description: $LABEL ($name)"
+    echo " Built by molecule/shared/files/build-fixture-apt-repo.sh for role tests."
+  } > "$root/DEBIAN/control"
+  dpkg-deb --root-owner-group --build "$root" "$REPO_DIR/${name}_${version}_${ARCH}.deb" >/dev/null
+}
+
+# unit_payload DIR UNIT: a systemd unit that only sleeps, so "enabled and running" is testable.
+unit_payload() {
+  mkdir -p "$1/lib/systemd/system"
+  cat > "$1/lib/systemd/system/$2.service" <<EOF
+[Unit]
+Description=$LABEL ($2)
+
+[Service]
+ExecStart=/bin/sleep infinity
+
+[Install]
+WantedBy=multi-user.target
+EOF
+}
+
+# --- NVIDIA CUDA repo names (Debian 12 flavour; 580 branch, open kernel modules) ---
+DRIVER_VERSION="580.95.05-1"
+make_pkg nvidia-kernel-open-dkms "$DRIVER_VERSION" ""
+P="$WORK_DIR/payload-persistenced"; unit_payload "$P" nvidia-persistenced
+make_pkg nvidia-persistenced "$DRIVER_VERSION" "" "$P"
+make_pkg nvidia-driver-cuda "$DRIVER_VERSION" ""
+make_pkg nvidia-open "$DRIVER_VERSION" \
+  "nvidia-kernel-open-dkms (= $DRIVER_VERSION), nvidia-persistenced (= $DRIVER_VERSION), nvidia-driver-cuda (= $DRIVER_VERSION)"
+# A newer branch in the same repo: the role's pin must keep apt on 580 anyway.
+make_pkg nvidia-open "590.44.01-1" ""
+
+P="$WORK_DIR/payload-cuda"; mkdir -p "$P/usr/local/cuda-13.0/bin"
+echo "$LABEL" > "$P/usr/local/cuda-13.0/FIXTURE-README"
+make_pkg cuda-toolkit-13-0 "13.0.2-1" "" "$P"
+make_pkg libnccl2 "2.27.7-1+cuda13.0" ""
+make_pkg libnccl-dev "2.27.7-1+cuda13.0" "libnccl2 (= 2.27.7-1+cuda13.0)"
+make_pkg libcudnn9-cuda-13 "9.13.0.50-1" ""
+make_pkg libcudnn9-dev-cuda-13 "9.13.0.50-1" "libcudnn9-cuda-13 (= 9.13.0.50-1)"
+
+# --- NVIDIA container toolkit repo names; nvidia-ctk is a labelled stand-in script ---
+P="$WORK_DIR/payload-ctk"; mkdir -p "$P/usr/bin"
+cat > "$P/usr/bin/nvidia-ctk" <<'EOF'
+#!/usr/bin/python3
+"""TEST FIXTURE stand-in for nvidia-ctk: writes a labelled fake CDI spec / docker runtime entry."""
+import json, os, sys
+args = sys.argv[1:]
+with open("/var/log/fixture-nvidia-ctk.log", "a") as log:  # lets tests count invocations
+    log.write(" ".join(args) + "\n")
+if args[:2] == ["cdi", "generate"]:
+    out = next(a.split("=", 1)[1] for a in args if a.startswith("--output="))
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        f.write("# TEST FIXTURE: fake CDI spec written by the stand-in nvidia-ctk\n"
+                "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n  - name: all\n"
+                "    containerEdits: {}\n")
+elif args[:2] == ["runtime", "configure"]:
+    path = "/etc/docker/daemon.json"
+    config = json.load(open(path)) if os.path.exists(path) else {}
+    config.setdefault("runtimes", {})["nvidia"] = {"args": [], "path": "nvidia-container-runtime"}
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(config, f)  # compact on purpose: the role must normalise it idempotently
+elif args[:1] == ["--version"]:
+    print("NVIDIA Container Toolkit CLI version 1.18.0 (TEST FIXTURE stand-in)")
+else:
+    sys.exit("stand-in nvidia-ctk: unsupported arguments %r" % args)
+EOF
+chmod 0755 "$P/usr/bin/nvidia-ctk"
+make_pkg nvidia-container-toolkit-base "1.18.0-1" "" "$P"
+make_pkg libnvidia-container1 "1.18.0-1" ""
+make_pkg libnvidia-container-tools "1.18.0-1" "libnvidia-container1 (= 1.18.0-1)"
+make_pkg nvidia-container-toolkit "1.18.0-1" \
+  "nvidia-container-toolkit-base (= 1.18.0-1), libnvidia-container-tools (= 1.18.0-1)"
+
+# --- Docker repo names; docker.service only sleeps (no nested dockerd) ---
+P="$WORK_DIR/payload-docker"; unit_payload "$P" docker
+make_pkg docker-ce "5:28.5.1-1~debian.12~bookworm" "" "$P"
+make_pkg docker-ce-cli "5:28.5.1-1~debian.12~bookworm" ""
+make_pkg containerd.io "1.7.28-1~debian.12~bookworm" ""
+make_pkg docker-compose-plugin "2.40.0-1~debian.12~bookworm" ""
+
+# --- Index and sign (throwaway key, so signed-by runs for real) ---
+cd "$REPO_DIR"
+apt-ftparchive packages . > Packages
+gzip -9kf Packages
+apt-ftparchive -o APT::FTPArchive::Release::Label="sglnode-test-fixture" release . > Release
+export GNUPGHOME="$WORK_DIR/gnupg"
+mkdir -m 0700 "$GNUPGHOME"
+gpg --batch --quiet --passphrase '' --quick-gen-key "sglnode test fixture <fixtures@invalid>" ed25519 sign never
+gpg --batch --quiet --yes --clearsign -o InRelease Release
+gpg --batch --quiet --yes --armor --detach-sign -o Release.gpg Release
+gpg --batch --quiet --armor --export > fixture.pub
+# One repo, one URL per upstream it stands in for: apt rejects one URL with two signed-by keys.
+for alias in cuda docker nvidia-container-toolkit; do ln -sfn . "$alias"; done
