@@ -72,8 +72,11 @@ install_venv() {
   fi
   log "venv: installing pinned toolchain into $venv"
   [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check -r "$repo_root/requirements/toolchain.txt"
-  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps -e "$repo_root"
+  # Some machines' pip config names local mirrors that may be absent; their warnings are noise.
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$repo_root/requirements/toolchain.txt" \
+    2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps -e "$repo_root" \
+    2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
   echo "$want" > "$stamp"
 }
 

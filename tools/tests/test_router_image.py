@@ -8,15 +8,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from image_build import RUN_TIMEOUT_S, build_with_script, docker
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "images" / "router" / "build.sh"
 ROUTER_VERSION = "0.3.2"  # pinned in requirements/toolchain.txt and images/router/Dockerfile
 TAG = f"sglnode/router:{ROUTER_VERSION}"
 ROUTER_UID = "10001"  # images/router/Dockerfile ARG ROUTER_UID
-# A cold build downloads ~30 MB of wheels and apt packages on 2 cores; a warm one is seconds.
-BUILD_TIMEOUT_S = 900
-RUN_TIMEOUT_S = 120
 
 pytestmark = [
     pytest.mark.docker,
@@ -24,33 +22,25 @@ pytestmark = [
 ]
 
 
-def _docker(*args: str, timeout: int = RUN_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, check=False)
-
-
 @pytest.fixture(scope="module")
 def router_image() -> str:
-    result = subprocess.run(
-        ["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False
-    )
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    return TAG
+    return build_with_script(BUILD_SCRIPT, TAG)
 
 
 def test_launch_router_help_runs_in_the_image(router_image):
-    result = _docker("run", "--rm", router_image, "python3", "-m", "sglang_router.launch_router", "--help")
+    result = docker("run", "--rm", router_image, "python3", "-m", "sglang_router.launch_router", "--help")
     assert result.returncode == 0, result.stderr
     assert "--worker-urls" in result.stdout
     assert "--pd-disaggregation" in result.stdout
 
 
 def test_router_runs_as_a_non_root_user(router_image):
-    result = _docker("run", "--rm", router_image, "id", "-u")
+    result = docker("run", "--rm", router_image, "id", "-u")
     assert result.stdout.strip() == ROUTER_UID
 
 
 def test_build_ca_stays_out_of_the_image_and_the_context(router_image):
-    result = _docker("run", "--rm", router_image, "ls", "-A", "/tmp")
+    result = docker("run", "--rm", router_image, "ls", "-A", "/tmp")
     assert result.returncode == 0
     assert "extra-ca.crt" not in result.stdout
     assert "pip-ca-bundle.crt" not in result.stdout
@@ -59,7 +49,7 @@ def test_build_ca_stays_out_of_the_image_and_the_context(router_image):
 
 def test_image_is_labelled_with_the_router_version(router_image):
     labels = json.loads(
-        _docker("image", "inspect", "--format", "{{json .Config.Labels}}", router_image).stdout
+        docker("image", "inspect", "--format", "{{json .Config.Labels}}", router_image).stdout
     )
     assert labels["org.opencontainers.image.version"] == ROUTER_VERSION
     assert labels["io.sglnode.sglang-router.version"] == ROUTER_VERSION

@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from image_build import BUILD_TIMEOUT_S, build_with_script, docker
 
 from sglnode import __version__
 
@@ -19,8 +20,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "images" / "sim" / "build.sh"
 TAG = f"sglnode/sim:{__version__}"
 SIM_UID = "10002"  # images/sim/Dockerfile ARG SIM_UID
-BUILD_TIMEOUT_S = 900  # a cold build downloads a few MB of wheels and apt packages on 2 cores
-RUN_TIMEOUT_S = 120
 READY_TIMEOUT_S = 60
 SGLANG_PORT = 30000
 SIM_ARGS = [
@@ -39,28 +38,20 @@ pytestmark = [
 ]
 
 
-def _docker(*args: str, timeout: int = RUN_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, check=False)
-
-
 @pytest.fixture(scope="module")
 def sim_image() -> str:
-    result = subprocess.run(
-        ["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False
-    )
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    return TAG
+    return build_with_script(BUILD_SCRIPT, TAG)
 
 
 def test_image_is_labelled_as_a_test_double(sim_image):
-    labels = json.loads(_docker("image", "inspect", "--format", "{{json .Config.Labels}}", sim_image).stdout)
+    labels = json.loads(docker("image", "inspect", "--format", "{{json .Config.Labels}}", sim_image).stdout)
     assert labels["io.sglnode.test-double"] == "true"
     assert "TEST DOUBLE" in labels["org.opencontainers.image.description"]
     assert labels["org.opencontainers.image.version"] == __version__
 
 
 def test_runs_as_non_root_without_the_build_ca(sim_image):
-    result = _docker("run", "--rm", "--entrypoint", "sh", sim_image, "-c", "id -u; ls -A /tmp")
+    result = docker("run", "--rm", "--entrypoint", "sh", sim_image, "-c", "id -u; ls -A /tmp")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == SIM_UID
     assert "extra-ca.crt" not in result.stdout and "pip-ca-bundle.crt" not in result.stdout
@@ -79,14 +70,14 @@ def test_second_build_skips_when_nothing_changed(sim_image):
 
 def test_container_serves_sglang_api_on_a_published_loopback_port(sim_image):
     name = f"sglnode-sim-test-{uuid.uuid4().hex[:8]}"
-    run = _docker(
+    run = docker(
         "run", "-d", "--name", name, "-p", f"127.0.0.1::{SGLANG_PORT}",
         "-e", "SGLNODE_SIM_STARTUP_S=0.2", "-e", "SGLNODE_SIM_TIME_SCALE=0.01",
         sim_image, *SIM_ARGS, "--host", "0.0.0.0", "--port", str(SGLANG_PORT),
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     try:
-        host_port = _docker("port", name, str(SGLANG_PORT)).stdout.strip().rsplit(":", 1)[1]
+        host_port = docker("port", name, str(SGLANG_PORT)).stdout.strip().rsplit(":", 1)[1]
         base = f"http://127.0.0.1:{host_port}"
         deadline = time.monotonic() + READY_TIMEOUT_S
         status = 0
@@ -97,18 +88,18 @@ def test_container_serves_sglang_api_on_a_published_loopback_port(sim_image):
                     status = response.status
             except (urllib.error.URLError, ConnectionError, OSError):
                 status = 0
-        assert status == 200, _docker("logs", name).stderr[-3000:]
+        assert status == 200, docker("logs", name).stderr[-3000:]
         with urllib.request.urlopen(base + "/server_info", timeout=5) as response:
             info = json.loads(response.read())
         assert info["simulated"] is True and info["tp_size"] == 4
-        logs = _docker("logs", name)
+        logs = docker("logs", name)
         assert "The server is fired up and ready to roll!" in logs.stdout + logs.stderr
     finally:
-        _docker("rm", "-f", name)
+        docker("rm", "-f", name)
 
 
 def test_container_with_a_config_that_does_not_fit_exits_non_zero(sim_image):
-    result = _docker(
+    result = docker(
         "run", "--rm", "-e", "SGLNODE_SIM_STARTUP_S=0", sim_image,
         "python3", "-m", "sglang.launch_server", "--model-path", "m", "--tp-size", "1",
     )  # fmt: skip
