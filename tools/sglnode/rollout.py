@@ -19,7 +19,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sglnode.topology.memory import check_memory
+from sglnode.planner import plan_server
+from sglnode.topology.memory import planner_server
 from sglnode.topology.model import Server, Topology
 
 # Roles whose servers produce output tokens (their roofline bounds the router's throughput).
@@ -106,17 +107,21 @@ def wait_for_router(topology: Topology, settings: RolloutSettings) -> dict[str, 
     }
 
 
-def aggregate_plan(topology: Topology, gpu: str) -> dict[str, Any] | None:
-    """The decode side's plan; N identical decoding servers behind the router scale its roofline by N."""
-    verdicts, problems = check_memory(topology, gpu)
-    if problems:
+def aggregate_plan(topology: Topology, gpu: str, concurrencies: list[int]) -> dict[str, Any] | None:
+    """The decode side's plan at the bench's own concurrencies (interpolating a concave roofline
+    between far-apart points would understate it). N identical decoding servers behind the router
+    share the load: at concurrency C each runs C/N requests, and together they make N times that."""
+    decoding = [s for s in topology.servers if s.role in DECODING_ROLES]
+    if not decoding or not topology.model.preset:
         return None
-    decoding = {s.name for s in topology.servers if s.role in DECODING_ROLES}
-    plans = [v.plan for v in verdicts if v.server in decoding]
-    if not plans:
+    replicas = len(decoding)
+    per_replica = sorted({max(1, round(c / replicas)) for c in concurrencies})
+    model = {"preset": topology.model.preset, "weights_gb": topology.model.weights_gb}
+    try:
+        result = plan_server(model, planner_server(decoding[0]), gpu, concurrency=per_replica)
+    except ValueError:
         return None
-    replicas = len(plans)
-    plan = dict(plans[0])
+    plan = result.to_json()
     plan["replicas_behind_router"] = replicas
     plan["roofline"] = [
         {
@@ -124,7 +129,7 @@ def aggregate_plan(topology: Topology, gpu: str) -> dict[str, Any] | None:
             "concurrency": point["concurrency"] * replicas,
             "decode_tok_s": point["decode_tok_s"] * replicas,
         }
-        for point in plans[0]["roofline"]
+        for point in plan["roofline"]
     ]
     return plan
 
@@ -183,7 +188,8 @@ def run_rollout_check(
     if failed:
         outcome["exit_code"] = failed[0]["exit_code"]
     else:
-        plan = aggregate_plan(topology, settings.gpu)
+        concurrencies = [int(c) for c in settings.bench.concurrency.split(",") if c.strip()]
+        plan = aggregate_plan(topology, settings.gpu, concurrencies)
         plan_path = None
         if plan:
             plan_path = settings.report_dir / "plan.json"
