@@ -33,7 +33,7 @@ lint:
 	@$(STAGE) "lint: yamllint" yamllint -s .
 	@$(STAGE) "lint: ansible-lint" ansible-lint --offline
 	@$(STAGE) "lint: ruff" bash -c 'ruff check . && ruff format --check .'
-	@$(STAGE) "lint: hadolint" bash -c 'hadolint images/*/Dockerfile'
+	@$(STAGE) "lint: hadolint" bash -c 'find images molecule -name Dockerfile -print0 | xargs -0 hadolint'
 
 syntax:
 	@$(STAGE) "syntax: site.yml" ansible-playbook -i inventory/sim --syntax-check site.yml
