@@ -35,6 +35,9 @@ PROBE_MAX_INTERVAL_S = 2.0
 # A server that answered HTTP and then stops answering this many probes in a row has died.
 LOST_AFTER_UNREACHABLE_PROBES = 3
 THREAD_JOIN_S = 2.0
+# When the probe answers ready before the followed log has caught up (a wait started after the
+# server, replaying its log), read on this long at most for the startup milestones still in flight.
+LOG_CATCHUP_S = 1.0
 
 
 class Outcome(StrEnum):
@@ -186,6 +189,7 @@ class _WaitLoop:
         self.diagnoser = Diagnoser(tracker=self.tracker)
         self.source = options.follower.name if options.follower is not None else "log"
         self.conclude_at: float | None = None
+        self.ready_at: float | None = None
         self.snapshot: _GpuMemorySnapshot | None = None
         self.last_probe: Probe | None = None
         self.process_exit: ExitInfo | None = None
@@ -200,9 +204,11 @@ class _WaitLoop:
             now = time.monotonic()
             if self.conclude_at is not None and now >= self.conclude_at:
                 return self._crash()
+            if self.ready_at is not None and now >= self.ready_at:
+                return self._finish(Outcome.READY)
             if now >= self.deadline:
                 return self._timeout()
-            until = self.deadline if self.conclude_at is None else min(self.deadline, self.conclude_at)
+            until = min(t for t in (self.deadline, self.conclude_at, self.ready_at) if t is not None)
             try:
                 event = self.events.get(timeout=max(0.0, until - now))
             except queue.Empty:
@@ -258,7 +264,11 @@ class _WaitLoop:
     def _on_probe(self, probe: Probe, now: float) -> Outcome | None:
         self.last_probe = probe
         if probe.readiness is Readiness.READY:
-            return Outcome.READY
+            if self.options.follower is None or self.tracker.ready:
+                return Outcome.READY
+            if self.ready_at is None:
+                self.ready_at = now + LOG_CATCHUP_S
+            return None
         if probe.readiness is not Readiness.UNREACHABLE:
             self.heard_http = True
             self.unreachable_streak = 0

@@ -371,3 +371,33 @@ def test_wait_on_a_real_container_that_ooms_while_loading_weights():
         assert payload["log_source"] == f"container:{name}"
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=60, check=False)
+
+
+def test_a_ready_probe_waits_briefly_for_the_replayed_log_so_the_timeline_is_complete(tmp_path):
+    # A wait started after the server: the probe answers ready at once, while `docker compose logs -f`
+    # replays the startup a moment later. The milestones must still be collected, within the catch-up.
+    log = tmp_path / "replay.log"
+    log.write_text(
+        "\n".join([*STARTUP, "[2026-11-29 09:40:40] The server is fired up and ready to roll!", ""])
+    )
+    follower = CommandFollower(["sh", "-c", f"sleep 0.3; cat {log}; exec sleep 30"], name="compose:decode0")
+    with FakeSGLang({"GET /health_generate": [(200, "")]}) as fake:
+        started = time.monotonic()
+        result = wait_for_server(
+            WaitOptions(url=fake.url, follower=follower, timeout_s=10, gpu_memory_reader=lambda: None)
+        )
+        elapsed = time.monotonic() - started
+    assert result.outcome is Outcome.READY
+    stages = [m.stage.label for m in result.milestones]
+    assert {"weights", "kv_cache", "cuda_graph", "ready"} <= set(stages)
+    assert elapsed < waiter.LOG_CATCHUP_S + 1.0
+
+
+def test_a_ready_probe_is_not_held_up_when_the_log_says_nothing(tmp_path):
+    follower = CommandFollower(["sh", "-c", "exec sleep 30"], name="compose:quiet")
+    with FakeSGLang({"GET /health_generate": [(200, "")]}) as fake:
+        result = wait_for_server(
+            WaitOptions(url=fake.url, follower=follower, timeout_s=10, gpu_memory_reader=lambda: None)
+        )
+    assert result.outcome is Outcome.READY
+    assert result.elapsed_s < waiter.LOG_CATCHUP_S + 0.5
