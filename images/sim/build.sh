@@ -60,4 +60,7 @@ DOCKER_BUILDKIT=0 docker build \
   --build-arg "SGLNODE_SOURCE_HASH=${source_hash}" \
   --tag "$tag" \
   "$context"
+# Every source change rebuilds under the same tag; the image it replaced is left untagged. Drop those
+# (only the simulator's own, by its label) so a developer's disk does not fill with old copies.
+docker image prune --force --filter "label=io.sglnode.test-double=true" >/dev/null
 echo "built ${tag}"
