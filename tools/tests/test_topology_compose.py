@@ -2,6 +2,7 @@
 node, real and simulated runtime. `up` of the PD topology with the simulator and the real router is
 test_e2e_rollout.py."""
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -62,3 +63,28 @@ def test_compose_config_check_rejects_a_broken_file(tmp_path):
     # Control: compose config does fail on bad input, so the test above can fail.
     (tmp_path / "compose.yaml").write_text("services:\n  x:\n    image: a\n    ports: [{bad: 1}]\n")
     assert compose_config(tmp_path, "compose.yaml").returncode != 0
+
+
+def test_simulated_runtime_drops_gpus_host_ipc_and_memlock_but_keeps_the_command(tmp_path):
+    topology, problems = validate(read_topology_file(REPO / "inventory" / "topologies" / "pd-1p1d.yml"))
+    assert problems == []
+    root = write(render(topology, RenderOptions(runtime="sim")), tmp_path)
+    directory = root / "etc" / "sglang" / topology.name
+    args = ["docker", "compose", "-f", "compose.yaml", "-f", "compose.sim.yaml", "config", "--format", "json"]
+    merged = subprocess.run(
+        args, cwd=directory, check=True, capture_output=True, text=True, timeout=COMPOSE_TIMEOUT_S
+    )
+    services = json.loads(merged.stdout)["services"]
+    real = json.loads(
+        subprocess.run(
+            ["docker", "compose", "-f", "compose.yaml", "config", "--format", "json"],
+            cwd=directory, check=True, capture_output=True, text=True, timeout=COMPOSE_TIMEOUT_S,
+        ).stdout
+    )["services"]  # fmt: skip
+    for name in ("prefill0", "decode0"):
+        assert real[name]["ipc"] == "host"  # the real servers need it for NCCL's shared memory
+        sim = services[name]
+        assert "ipc" not in sim and "deploy" not in sim and "ulimits" not in sim
+        assert sim["image"].startswith("sglnode/sim:")
+        assert sim["entrypoint"] == ["sglnode", "sim"]
+        assert sim["command"] == real[name]["command"]  # the simulator gets SGLang's own flags

@@ -396,6 +396,10 @@ def render_compose_sim(topology: Topology, node: str, opts: RenderOptions) -> st
             # The simulator pins no host memory; raising memlock needs a privilege the sim host's
             # Docker may lack ("error setting rlimit type 8: operation not permitted").
             "ulimits": _Reset({}),
+            # The host IPC namespace is for NCCL's shared memory between TP ranks; the simulator has
+            # none, so it keeps a private one (and the default /dev/shm).
+            "ipc": _Reset(None),
+            "shm_size": _Reset(None),
         }
         if server.head_node == node:
             # The simulator is ready in seconds: probe often so the demo does not wait 30 s per step.
@@ -403,7 +407,7 @@ def render_compose_sim(topology: Topology, node: str, opts: RenderOptions) -> st
                 "interval": f"{SIM_HEALTH_INTERVAL_S}s",
                 "start_period": f"{SIM_HEALTH_START_PERIOD_S}s",
             }
-    what = "Simulated runtime: the simulator image instead of SGLang; no GPUs, model volume or memlock."
+    what = "Simulated runtime: the simulator image, not SGLang; no GPUs, model volume, memlock or host IPC."
     document = {"services": services}
     return _header(topology, what) + yaml.dump(document, Dumper=_Dumper, sort_keys=False, width=120)
 
