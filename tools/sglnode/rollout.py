@@ -19,17 +19,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from sglnode.exitcodes import EXIT_FAILED, EXIT_OK
 from sglnode.planner import plan_server
 from sglnode.topology.memory import planner_server
 from sglnode.topology.model import Server, Topology
 
 # Roles whose servers produce output tokens (their roofline bounds the router's throughput).
 DECODING_ROLES = ("decode", "regular")
-EXIT_READY = 0
-EXIT_TARGET_MISSED = 1
-EXIT_CRASHED = 2
-EXIT_TIMED_OUT = 3
-EXIT_UNREACHABLE = 4
 # SGLang prefixes its log lines with "[YYYY-mm-dd HH:MM:SS ...]" (python/sglang/srt/utils: configure_logger).
 LOG_TIMESTAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 SIMULATED_NOTE = (
@@ -164,10 +160,8 @@ def run_bench(topology: Topology, settings: RolloutSettings, plan_path: Path | N
     }
 
 
-def _is_simulated(waits: list[dict[str, Any]], bench: dict[str, Any] | None) -> bool:
-    if bench and bench.get("report") and bench["report"]["target"].get("simulated"):
-        return True
-    return any(((w.get("result") or {}).get("probe") or {}).get("simulated") for w in waits)
+def _bench_saw_simulator(bench: dict[str, Any] | None) -> bool:
+    return bool(bench and bench.get("report") and bench["report"]["target"].get("simulated"))
 
 
 def run_rollout_check(
@@ -180,11 +174,11 @@ def run_rollout_check(
     with ThreadPoolExecutor(max_workers=max(len(servers), 1)) as pool:
         waits = list(pool.map(lambda server: wait_for_server(server, settings), servers))
     outcome = {"topology": topology.name, "node": node, "waits": waits, "bench": None, "plan": None}
-    failed = [w for w in waits if w["exit_code"] != EXIT_READY]
+    failed = [w for w in waits if w["exit_code"] != EXIT_OK]
     if not failed and topology.router.node == node:
         router = wait_for_router(topology, settings)
         waits.append(router)
-        failed = [router] if router["exit_code"] != EXIT_READY else []
+        failed = [router] if router["exit_code"] != EXIT_OK else []
     if failed:
         outcome["exit_code"] = failed[0]["exit_code"]
     else:
@@ -196,8 +190,9 @@ def run_rollout_check(
             plan_path.write_text(json.dumps(plan, indent=2) + "\n")
         outcome["plan"] = plan
         outcome["bench"] = run_bench(topology, settings, plan_path)
-        outcome["exit_code"] = EXIT_READY if outcome["bench"]["exit_code"] == 0 else EXIT_TARGET_MISSED
-    outcome["simulated"] = simulated_runtime or _is_simulated(waits, outcome["bench"])
+        # A crashed or unready server keeps `sglnode wait`'s own exit code (2, 3, 4) above.
+        outcome["exit_code"] = EXIT_OK if outcome["bench"]["exit_code"] == 0 else EXIT_FAILED
+    outcome["simulated"] = simulated_runtime or _bench_saw_simulator(outcome["bench"])
     (settings.report_dir / "report.json").write_text(json.dumps(outcome, indent=2, default=str) + "\n")
     (settings.report_dir / "report.md").write_text(render_report(outcome))
     return outcome
