@@ -11,7 +11,9 @@
 # and removed again when this script exits.
 set -euo pipefail
 
-readonly HOST_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
+# shellcheck source=images/stage-ca.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../stage-ca.sh"
+
 version="${SGLANG_ROUTER_VERSION:-0.3.2}"
 image="${ROUTER_IMAGE:-sglnode/router}"
 base_image="${BASE_IMAGE:-sglnode/debian:bookworm}"
@@ -23,17 +25,9 @@ if [[ "${FORCE:-0}" != 1 ]] && docker image inspect "$tag" >/dev/null 2>&1; then
   exit 0
 fi
 
-ca_source="${SGLNODE_EXTRA_CA:-$HOST_CA_BUNDLE}"
 staged_ca="${context}/extra-ca.crt"
 trap 'rm -f "$staged_ca"' EXIT
-if [[ -f "$ca_source" ]]; then
-  cp "$ca_source" "$staged_ca"
-elif [[ -n "${SGLNODE_EXTRA_CA:-}" ]]; then
-  echo "error: SGLNODE_EXTRA_CA=${SGLNODE_EXTRA_CA} is not a file" >&2
-  exit 2
-else
-  : >"$staged_ca" # no host bundle: the image's own CA store is used as is
-fi
+stage_extra_ca "$staged_ca"
 
 # DOCKER_BUILDKIT=0: the Dockerfile needs nothing from BuildKit, and hosts without buildx
 # (Docker 20.10 engines, CI) must build it too.

@@ -12,7 +12,9 @@
 # the builder stage, and removed again when this script exits.
 set -euo pipefail
 
-readonly HOST_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
+# shellcheck source=images/stage-ca.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../stage-ca.sh"
+
 context="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo_root="$(cd "${context}/../.." && pwd)"
 python="${PYTHON:-${repo_root}/.venv/bin/python}"
@@ -40,15 +42,7 @@ fi
 staged_ca="${context}/extra-ca.crt"
 dist="${context}/dist"
 trap 'rm -rf "$staged_ca" "$dist"' EXIT
-ca_source="${SGLNODE_EXTRA_CA:-$HOST_CA_BUNDLE}"
-if [[ -f "$ca_source" ]]; then
-  cp "$ca_source" "$staged_ca"
-elif [[ -n "${SGLNODE_EXTRA_CA:-}" ]]; then
-  echo "error: SGLNODE_EXTRA_CA=${SGLNODE_EXTRA_CA} is not a file" >&2
-  exit 2
-else
-  : >"$staged_ca" # no host bundle: the image's own CA store is used as is
-fi
+stage_extra_ca "$staged_ca"
 
 rm -rf "$dist"
 "$python" -m pip wheel --quiet --no-deps --wheel-dir "$dist" "$repo_root"
