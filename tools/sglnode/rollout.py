@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from sglnode.exitcodes import EXIT_FAILED, EXIT_OK
-from sglnode.planner import plan_server
-from sglnode.topology.memory import planner_server
+from sglnode.planning.planner import plan_server
+from sglnode.topology.memory import topology_model
 from sglnode.topology.model import Server, Topology
 
 # Roles whose servers produce output tokens (their roofline bounds the router's throughput).
@@ -112,9 +112,8 @@ def aggregate_plan(topology: Topology, gpu: str, concurrencies: list[int]) -> di
         return None
     replicas = len(decoding)
     per_replica = sorted({max(1, round(c / replicas)) for c in concurrencies})
-    model = {"preset": topology.model.preset, "weights_gb": topology.model.weights_gb}
     try:
-        result = plan_server(model, planner_server(decoding[0]), gpu, concurrency=per_replica)
+        result = plan_server(topology_model(topology), decoding[0], gpu, concurrency=per_replica)
     except ValueError:
         return None
     plan = result.to_json()

@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from sglnode.upstream import catalog
+
 CAUSES: tuple[str, ...] = (
     "oom",
     "host_oom",
@@ -27,6 +29,7 @@ CAUSES: tuple[str, ...] = (
     "cuda_graph_capture",
     "kernel_resources",
     "kv_transfer",
+    "invalid_arguments",
     "unknown",
 )
 OOM_PHASES: tuple[str, ...] = ("weights", "kv_cache", "cuda_graph", "runtime")
@@ -59,6 +62,8 @@ class Rule:
     examples: tuple[str, ...]
     negative_examples: tuple[str, ...]
     literals: tuple[str | None, ...] = ()
+    # Upstream messages (catalogue ids, with values to render them) this rule must recognise.
+    upstream: tuple[tuple[str, dict[str, Any]], ...] = ()
 
     def matches(self, line: str) -> bool:
         # A substring test first: most lines of a serving log contain none of the literals, and
@@ -145,6 +150,18 @@ def _compile(rule_id: str, patterns: Any) -> tuple[re.Pattern[str], ...]:
     return tuple(compiled)
 
 
+def _upstream(rule_id: str, raw: Any) -> tuple[tuple[str, dict[str, Any]], ...]:
+    """`upstream:` entries: a catalogue id, or {id, values} to render it with particular values."""
+    entries = []
+    known = catalog.load()
+    for item in raw or ():
+        entry_id, values = (item, {}) if isinstance(item, str) else (item.get("id"), item.get("values") or {})
+        if entry_id not in known:
+            raise RuleError(f"rule {rule_id}: upstream {entry_id!r} is not in the upstream catalogue")
+        entries.append((str(entry_id), dict(values)))
+    return tuple(entries)
+
+
 def parse_rule(raw: dict[str, Any]) -> Rule:
     """Turn one YAML mapping into a Rule, rejecting anything the diagnosis could not use."""
     missing = REQUIRED_KEYS - raw.keys()
@@ -166,6 +183,7 @@ def parse_rule(raw: dict[str, Any]) -> Rule:
     if not str(raw["source"]).startswith("https://"):
         raise RuleError(f"rule {rule_id}: source must be an https URL")
     return Rule(
+        upstream=_upstream(rule_id, raw.get("upstream")),
         id=rule_id,
         cause=raw["cause"],
         phase=phase,

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from sglnode.planner import plan_server
+from sglnode.planning.planner import plan_server
 from sglnode.rollout import aggregate_plan, render_report, startup_timeline
 from sglnode.topology import read_topology_file, validate
-from sglnode.topology.memory import planner_server
+from sglnode.topology.memory import topology_model
 
 TOPOLOGIES = Path(__file__).resolve().parents[2] / "inventory" / "topologies"
 GPU = "rtx-pro-6000-blackwell"
@@ -42,9 +42,7 @@ def test_pd_roofline_is_the_decode_servers_at_the_bench_concurrencies():
     topology = _topology("pd-1p1d")
     plan = aggregate_plan(topology, GPU, [1, 4, 16])
     decode = next(s for s in topology.servers if s.role == "decode")
-    expected = plan_server(
-        {"preset": topology.model.preset}, planner_server(decode), GPU, concurrency=[1, 4, 16]
-    )
+    expected = plan_server(topology_model(topology), decode, GPU, concurrency=[1, 4, 16])
     assert plan["replicas_behind_router"] == 1
     assert [p["concurrency"] for p in plan["roofline"]] == [1, 4, 16]
     # The plan JSON rounds tok/s to two decimals.
@@ -57,7 +55,7 @@ def test_replicas_behind_the_router_split_the_load_and_add_their_throughput():
     topology = _topology("tp4x2")
     plan = aggregate_plan(topology, GPU, [2, 16])
     replica = next(s for s in topology.servers if s.role == "regular")
-    single = plan_server({"preset": topology.model.preset}, planner_server(replica), GPU, concurrency=[1, 8])
+    single = plan_server(topology_model(topology), replica, GPU, concurrency=[1, 8])
     assert plan["replicas_behind_router"] == 2
     assert [p["concurrency"] for p in plan["roofline"]] == [2, 16]
     assert [p["decode_tok_s"] for p in plan["roofline"]] == pytest.approx(

@@ -145,7 +145,8 @@ def test_sglang_command_uses_0523_flags_for_fields():
     assert command[command.index("--tp-size") + 1] == "8"
     mtp = compose(rendered("tp4-mtp"))["services"]["mtp0"]["command"]
     assert " ".join(mtp).count("--speculative-") == 4
-    assert mtp[mtp.index("--speculative-algorithm") + 1] == "NEXTN"
+    # SGLang 0.5.23 runs DeepSeek-V4's MTP heads as EAGLE (it refuses NEXTN for this model).
+    assert mtp[mtp.index("--speculative-algorithm") + 1] == "EAGLE"
 
 
 def test_multinode_renders_each_rank_with_dist_init_and_host_network():

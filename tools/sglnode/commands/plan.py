@@ -1,7 +1,8 @@
-"""`sglnode plan`: will a model fit on a GPU at a TP/mem fraction, and how fast can decode be.
+"""`sglnode plan`: will a model fit on a GPU at a TP size and memory fraction, and how fast can decode be.
 
-Exit codes (sglnode.exitcodes): 0 fits, 1 does not fit (the phase that fails is printed),
-64 bad input.
+Without --mem-fraction-static the plan uses SGLang 0.5.23's own default for this GPU, TP and role,
+as the server would. Exit codes (sglnode.exitcodes): 0 fits, 1 does not fit (the phase that fails
+is printed), 64 bad input.
 """
 
 from __future__ import annotations
@@ -12,17 +13,16 @@ import sys
 from typing import Any
 
 from sglnode.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from sglnode.planner import (
-    DEFAULT_CHUNKED_PREFILL_SIZE,
+from sglnode.planning.planner import (
     DEFAULT_CONCURRENCY,
-    DEFAULT_CUDA_GRAPH_MAX_BS,
     DEFAULT_ROOFLINE_CONTEXT_TOKENS,
     PlanResult,
-    ServerSpec,
     plan,
     resolve_model,
 )
-from sglnode.presets import HARDWARE_DIR, MODELS_DIR, PresetError, list_presets, load_gpu
+from sglnode.planning.presets import HARDWARE_DIR, MODELS_DIR, PresetError, list_presets, load_gpu
+from sglnode.topology.model import ROLES, Server, Speculative
+from sglnode.upstream import catalog
 
 EXIT_FITS = EXIT_OK
 EXIT_DOES_NOT_FIT = EXIT_FAILED
@@ -44,9 +44,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "plan",
         help="memory plan and decode roofline for a model on a GPU (before launching SGLang)",
         description=(
-            "Apply SGLang 0.5.23's memory budget (rest = free_after_weights - free_before_load x "
-            "(1 - mem_fraction_static)) and a bandwidth roofline. Estimates, not measurements. "
-            f"GPU presets: {', '.join(list_presets(HARDWARE_DIR))}. "
+            f"SGLang {catalog.load_version()}'s own launch defaults and KV budget (rest = "
+            "free_after_weights - free_before_load x (1 - mem_fraction_static)), and a bandwidth roofline. "
+            "Estimates, not "
+            f"measurements. GPU presets: {', '.join(list_presets(HARDWARE_DIR))}. "
             f"Model presets: {', '.join(list_presets(MODELS_DIR))}."
         ),
     )
@@ -61,15 +62,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--dp", type=int, default=1)
     parser.add_argument("--ep", type=int, default=1)
-    parser.add_argument("--mem-fraction-static", type=float, default=0.85)
+    parser.add_argument("--role", choices=ROLES, default="regular", help="PD role (default: %(default)s)")
+    parser.add_argument(
+        "--mem-fraction-static", type=float, help="default: SGLang's own for this GPU, TP and role"
+    )
     parser.add_argument("--kv-cache-dtype", default="auto")
     parser.add_argument("--context-length", type=int, help="default: the model's max_position_embeddings")
-    parser.add_argument("--cuda-graph-max-bs", type=int, default=DEFAULT_CUDA_GRAPH_MAX_BS)
-    parser.add_argument("--chunked-prefill-size", type=int, default=DEFAULT_CHUNKED_PREFILL_SIZE)
-    parser.add_argument("--speculative-algorithm", help="e.g. NEXTN, EAGLE (adds draft weights and KV)")
-    parser.add_argument(
-        "--speculative-draft-gb", type=float, help="draft weights in GB (default: from preset)"
-    )
+    parser.add_argument("--cuda-graph-max-bs-decode", type=int, help="default: SGLang's for this GPU and TP")
+    parser.add_argument("--chunked-prefill-size", type=int, help="default: SGLang's for this GPU")
+    parser.add_argument("--max-running-requests", type=int, help="default: the model's or SGLang's estimate")
+    parser.add_argument("--speculative-algorithm", help="e.g. EAGLE, EAGLE3 (adds draft weights and KV)")
+    parser.add_argument("--speculative-num-draft-tokens", type=int, help="tokens verified per step")
     parser.add_argument(
         "--concurrency",
         type=_concurrency,
@@ -95,40 +98,67 @@ def _gpu(args: argparse.Namespace) -> Any:
     return load_gpu({"preset": args.gpu, **overrides} if overrides else args.gpu)
 
 
-def build_plan(args: argparse.Namespace) -> PlanResult:
-    section: dict[str, Any] = {"weights_gb": args.weights_gb, "checkpoint": args.checkpoint}
-    section["preset" if args.model else "config"] = args.model or args.config
-    model = resolve_model(section)
-    server = ServerSpec(
+def server_from_args(args: argparse.Namespace) -> Server:
+    """The topology's server model, built from SGLang's own flag names."""
+    speculative = None
+    if args.speculative_algorithm:
+        speculative = Speculative(
+            algorithm=args.speculative_algorithm.upper(),
+            num_steps=None,
+            eagle_topk=None,
+            num_draft_tokens=args.speculative_num_draft_tokens,
+            draft_model_path=None,
+        )
+    extra = {"max_running_requests": args.max_running_requests} if args.max_running_requests else {}
+    return Server(
+        name="plan",
+        role=args.role,
         tp=args.tp,
         dp=args.dp,
         ep=args.ep,
         mem_fraction_static=args.mem_fraction_static,
         kv_cache_dtype=args.kv_cache_dtype,
         context_length=args.context_length,
-        cuda_graph_max_bs=args.cuda_graph_max_bs,
         chunked_prefill_size=args.chunked_prefill_size,
-        speculative_algorithm=args.speculative_algorithm,
-        speculative_draft_gb=args.speculative_draft_gb,
+        cuda_graph_max_bs_decode=args.cuda_graph_max_bs_decode,
+        speculative=speculative,
+        args=extra,
     )
-    return plan(model, _gpu(args), server, args.concurrency, args.roofline_context)
+
+
+def build_plan(args: argparse.Namespace) -> PlanResult:
+    model = resolve_model(
+        preset=args.model, config=args.config, weights_gb=args.weights_gb, checkpoint=args.checkpoint
+    )
+    return plan(model, _gpu(args), server_from_args(args), args.concurrency, args.roofline_context)
 
 
 def format_text(result: PlanResult) -> str:
     server = result.server
+    defaults = result.sglang
+    version = catalog.load_version()
     lines = [
         f"model {result.model.name} ({result.model.weights_gb:.2f} GB) on {result.gpu.name} "
-        f"({result.gpu.memory_gb:.2f} GB, {result.gpu.bandwidth_tbs} TB/s): "
-        f"tp={server.tp} dp={server.dp} ep={server.ep} mem_fraction_static={server.mem_fraction_static}",
-        f"  free before load  {result.pre_load_free_gb:8.2f} GB per GPU",
-        f"  weights           {result.weights_per_gpu_gb:8.2f} GB per GPU",
+        f"({result.gpu.memory_gb:.2f} GB, {result.gpu.bandwidth_tbs} TB/s): tp={server.tp} dp={server.dp} "
+        f"ep={server.ep or 1} role={server.role}",
+        f"  mem fraction      {result.mem_fraction_static} ({result.mem_fraction_source}; SGLang {version} "
+        f"default {defaults.default_mem_fraction_static}, at most {defaults.max_safe_mem_fraction_static})",
+        f"  SGLang reserve    {defaults.reserved_mb / 1024:8.2f} GB (activations for "
+        f"{defaults.activation_tokens} tokens, graphs up to bs {defaults.decode_max_bs}: "
+        f"{defaults.needed_mb / 1024:.2f} GB; 10 GiB floor)",
+        f"  free before load  {result.pre_load_free_gb:8.2f} GB per GPU (estimate)",
+        f"  weights           {result.weights_per_gpu_gb:8.2f} GB per GPU (estimate)",
+        f"  KV budget         {result.kv_budget_gb:8.2f} GB",
         f"  KV pool           {result.kv_pool_gb:8.2f} GB = {result.kv_tokens} tokens "
-        f"({result.kv_cell_bytes:.0f} B/token)",
-        f"  max requests      {result.max_concurrent_requests} at {result.context_length} tokens of context",
-        f"  headroom          {result.headroom_gb:8.2f} GB (needs ~{result.runtime_need_gb:.2f} GB)",
+        f"({result.kv_cell_bytes:.0f} B/token, {result.kv_cache_dtype}, page {result.page_size})",
+        f"  max requests      {result.max_running_requests} running; {result.max_concurrent_requests} at "
+        f"{result.context_length} tokens of context",
+        f"  headroom          {result.headroom_gb:8.2f} GB "
+        f"(SGLang expects ~{result.reserve_estimate_gb:.2f} GB)",
         f"  min mem fraction  {result.min_mem_fraction_static}",
         ("FITS: " if result.fits else f"DOES NOT FIT ({result.failure_phase}): ") + result.reason,
     ]
+    lines.extend(f"RISK ({risk.code}): {risk.message}" for risk in result.risks)
     if result.roofline:
         lines.append(
             f"decode roofline (estimate, {result.roofline_context_tokens} tokens of context per request):"

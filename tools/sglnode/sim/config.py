@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglnode.planner import DEFAULT_CHUNKED_PREFILL_SIZE, DEFAULT_CUDA_GRAPH_MAX_BS, ServerSpec
+from sglnode.topology.model import Server, Speculative
 
 SGLANG_VERSION = "0.5.23"
 DEFAULT_GPU = "rtx-pro-6000-blackwell"
@@ -176,22 +176,43 @@ class SimConfig:
         value = self.args.get("max_running_requests")
         return int(value) if value else None
 
-    def server_spec(self) -> ServerSpec:
-        cuda_graph_disabled = self.args.get("disable_cuda_graph") or (
-            self.args.get("cuda_graph_backend_decode") == "disabled"
+    @property
+    def decode_graph_disabled(self) -> bool:
+        return (
+            bool(self.args.get("disable_cuda_graph"))
+            or self.args.get("cuda_graph_backend_decode") == "disabled"
         )
-        return ServerSpec(
+
+    def server(self) -> Server:
+        """The server these flags launch, in the topology's one server model."""
+        algorithm = self.args.get("speculative_algorithm")
+        speculative = (
+            Speculative(
+                algorithm=str(algorithm).upper(),
+                num_steps=_int(self.args.get("speculative_num_steps"), 0) or None,
+                eagle_topk=_int(self.args.get("speculative_eagle_topk"), 0) or None,
+                num_draft_tokens=_int(self.args.get("speculative_num_draft_tokens"), 0) or None,
+                draft_model_path=self.args.get("speculative_draft_model_path") or None,
+            )
+            if algorithm
+            else None
+        )
+        fraction = self.args.get("mem_fraction_static")
+        mode = self.args.get("disaggregation_mode") or "null"
+        return Server(
+            name=self.served_model_name,
+            role=mode if mode in ("prefill", "decode") else "regular",
             tp=_int(self.args.get("tp_size"), 1),
             dp=_int(self.args.get("dp_size"), 1),
             ep=_int(self.args.get("ep_size"), 1),
-            mem_fraction_static=float(self.args.get("mem_fraction_static") or ServerSpec.mem_fraction_static),
-            kv_cache_dtype=self.args.get("kv_cache_dtype") or "auto",
+            port=self.port,
+            mem_fraction_static=float(fraction) if fraction else None,
+            kv_cache_dtype=self.args.get("kv_cache_dtype") or None,
             context_length=_int(self.args.get("context_length"), 0) or None,
-            cuda_graph_max_bs=0
-            if cuda_graph_disabled
-            else _int(self.args.get("cuda_graph_max_bs_decode"), DEFAULT_CUDA_GRAPH_MAX_BS),
-            chunked_prefill_size=_int(self.args.get("chunked_prefill_size"), DEFAULT_CHUNKED_PREFILL_SIZE),
-            speculative_algorithm=self.args.get("speculative_algorithm") or None,
+            chunked_prefill_size=_int(self.args.get("chunked_prefill_size"), 0) or None,
+            cuda_graph_max_bs_decode=_int(self.args.get("cuda_graph_max_bs_decode"), 0) or None,
+            speculative=speculative,
+            args={"max_running_requests": self.max_running_requests} if self.max_running_requests else {},
         )
 
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import aiohttp
 
-from sglnode.planner import PlanResult, roofline_point
+from sglnode import loglines
+from sglnode.planning.planner import PlanResult, roofline_point
 from sglnode.sim.config import SimConfig
 from sglnode.sim.log import SimLog
 
@@ -29,6 +30,8 @@ CHARS_PER_TOKEN = 4
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's SamplingParams default
 GEN_THROUGHPUT_WINDOW_S = 5.0
 DECODE_LOG_INTERVAL_S = 2.0
+# metrics_reporter.py _graph_backend_label on CUDA
+GRAPH_LABEL = "cuda graph"
 KV_POLL_INTERVAL_S = 0.01
 KV_WAIT_TIMEOUT_S = 30.0
 MAX_TRACKED_ROOMS = 100_000
@@ -140,6 +143,7 @@ class SimEngine:
                 concurrency=running,
                 context_tokens=self.plan.roofline_context_tokens,
                 capacity_per_replica=capacity,
+                kv_bytes_per_token=self.plan.kv_cell_bytes,
             )
             self._step_cache[running] = 1.0 / point.per_request_tok_s
         return self._step_cache[running] * self.config.time_scale * self.config.faults.slow_stream_factor
@@ -278,11 +282,26 @@ class SimEngine:
             reason = f"crash_after_requests:{limit}"
             asyncio.get_running_loop().call_later(RESPONSE_FLUSH_S, self.on_crash, reason)
 
+    def _token_usage(self) -> str:
+        return (
+            loglines.TOKEN_USAGE.render(full_num_used=self.used_tokens, full_token_usage=self.token_usage())
+            + ", "
+        )
+
     def _log_prefill(self, request: GenRequest) -> None:
+        # SGLang 0.5.23 metrics_reporter.py: the head from its template, then the graph/throughput tail.
         self.log.info(
-            f"Prefill batch. #new-seq: 1, #new-token: {request.prompt_tokens}, #cached-token: 0, "
-            f"token usage: {self.token_usage():.2f}, #running-req: {self.running - 1}, "
-            f"#queue-req: {self.queued}"
+            loglines.PREFILL_BATCH.render(
+                iter_msg="",
+                num_new_seqs=1,
+                log_input_tokens=request.prompt_tokens,
+                log_hit_tokens=0,
+                token_usage_msg=self._token_usage(),
+                total=self.running - 1,
+                len=self.queued,
+                num_pending_tokens=0,
+            )
+            + f"{GRAPH_LABEL}: False, input throughput (token/s): 0.00"
         )
 
     def _maybe_log_decode(self) -> None:
@@ -291,8 +310,13 @@ class SimEngine:
             return
         self._last_decode_log = now
         self.log.info(
-            f"Decode batch. #running-req: {self.running}, #token: {self.used_tokens}, "
-            f"token usage: {self.token_usage():.2f}, "
-            f"cuda graph: {self.running <= self.plan.server.cuda_graph_max_bs}, "
-            f"gen throughput (token/s): {self.gen_throughput():.2f}, #queue-req: {self.queued}"
+            loglines.DECODE_BATCH.render(
+                iter_msg="", num_running_reqs=self.running, token_usage_msg=self._token_usage()
+            )
+            + loglines.DECODE_BATCH_TAIL.render(
+                _graph_backend_label=GRAPH_LABEL,
+                can_run_cuda_graph=self.running <= self.plan.sglang.decode_max_bs,
+                last_gen_throughput=self.gen_throughput(),
+                len=self.queued,
+            )
         )

@@ -329,7 +329,7 @@ def server_info_body(engine: SimEngine) -> dict[str, Any]:
         tp_size=engine.plan.server.tp,
         dp_size=engine.plan.server.dp,
         ep_size=engine.plan.server.ep,
-        mem_fraction_static=engine.plan.server.mem_fraction_static,
+        mem_fraction_static=engine.plan.mem_fraction_static,
         disaggregation_mode=config.disaggregation_mode,
         disaggregation_bootstrap_port=config.bootstrap_port,
         served_model_name=config.served_model_name,

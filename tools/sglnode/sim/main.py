@@ -17,14 +17,23 @@ from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
 from sglnode import loglines
-from sglnode.planner import PlanResult
-from sglnode.presets import PresetError
+from sglnode.planning.planner import PlanResult
+from sglnode.planning.presets import PresetError
 from sglnode.sim.config import ENV_HELP, SimConfig, SimConfigError, build_config
 from sglnode.sim.engine import SimEngine
 from sglnode.sim.flags import SGLANG_PROG, build_sglang_parser, strip_launcher
 from sglnode.sim.http_api import build_app, build_bootstrap_app
 from sglnode.sim.log import SimLog
-from sglnode.sim.startup import SCHEDULER_FRAME, SIGQUIT_LINE, Startup, StartupFailed, banner, kill_self
+from sglnode.sim.startup import (
+    Startup,
+    StartupFailed,
+    banner,
+    frame,
+    kill_self,
+    scheduler_frame,
+    traceback_text,
+)
+from sglnode.upstream import catalog
 
 EXIT_USAGE = 2
 WARMUP_MAX_NEW_TOKENS = 8  # SGLang's warmup request (http_server.py _execute_server_warmup)
@@ -45,18 +54,14 @@ def env_epilog() -> str:
 def crash_runtime(log: SimLog, plan: PlanResult, reason: str, die: Callable[[], None] = kill_self) -> None:
     """An injected mid-run crash: a decode-time CUDA OOM in the scheduler, then SGLang's teardown."""
     log.plain(f"sglnode sim: injecting a crash ({reason})")
-    traceback_text = "\n".join(
-        [
-            "Traceback (most recent call last):",
-            f'  File "{SCHEDULER_FRAME[0]}", line 3201, in run_scheduler_process',
-            "    scheduler.event_loop_overlap()",
-            RUNTIME_OOM.format(total=plan.gpu.memory_gb),
-        ]
+    text = traceback_text(
+        [scheduler_frame(), frame("scheduler_event_loop_overlap", "batch_result = self.run_batch(batch)")],
+        RUNTIME_OOM.format(total=plan.gpu.memory_gb),
     )
-    log.info(loglines.SCHEDULER_EXCEPTION.format(traceback=traceback_text))
-    log.info(SIGQUIT_LINE, rank_tag="")
+    log.info(loglines.SCHEDULER_EXCEPTION.render(traceback=text))
+    log.info(loglines.SIGQUIT.text, rank_tag="")
     pid = os.getpid()
-    log.info(loglines.KILL_PROCESS_TREE.format(parent_pid=pid, include_parent=True, pid=pid), rank_tag="")
+    log.info(loglines.KILL_PROCESS_TREE.render(parent_pid=pid, include_parent=True, getpid=pid), rank_tag="")
     die()
 
 
@@ -144,7 +149,7 @@ async def serve(config: SimConfig, plan: PlanResult, log: SimLog, max_running_re
             engine.ready = False
             await _warmup(config, port)
             engine.ready = True
-        log.info(loglines.SERVER_READY, rank_tag="")
+        log.info(loglines.SERVER_READY.text, rank_tag="")
         if config.faults.crash_after_s is not None:
             crash_task = asyncio.create_task(_crash_later(config.faults.crash_after_s, on_crash))
         await stop.wait()
@@ -187,7 +192,7 @@ def run_sim(argv: list[str], env: Mapping[str, str] | None = None, stream: TextI
 def _start_and_serve(config: SimConfig, namespace: argparse.Namespace, log: SimLog) -> int:
     log.plain(banner(config))
     flags = ", ".join(f"{key}={value!r}" for key, value in sorted(vars(namespace).items()) if value)
-    log.info(f"server_args=ServerArgs({flags})", rank_tag="")
+    log.info(catalog.get("server_args").render(_server_args_for_logging=f"ServerArgs({flags})"), rank_tag="")
     startup = Startup(config, log)
     try:
         plan = startup.run()

@@ -1,7 +1,9 @@
-"""Memory preflight: ask the planner whether each server's plan fits its GPUs; refuse those that do not.
+"""Memory preflight: plan each server with SGLang's own budget rule; refuse those that cannot run.
 
-The planner is a model of SGLang's memory budget (sglnode.planner), not a measurement; a server it
-refuses would fail at load or KV-pool allocation on the node, after minutes of weight loading.
+The planner ports SGLang 0.5.23's arithmetic (sglnode.planning); the memory free before loading
+and the weights per GPU are estimates. A server it refuses would fail at load, at KV-pool sizing
+or at graph capture on the node, after minutes of weight loading. Fractions above SGLang's own
+default that still fit are reported as risks, not refused.
 """
 
 from __future__ import annotations
@@ -9,13 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sglnode.planner import ServerSpec, plan_server
-from sglnode.presets import PresetError
-from sglnode.topology.model import Problem, Server, Topology
-
-# What SGLang picks when --mem-fraction-static is not given is model- and GPU-dependent; the
-# planner's own default stands in for it (planner.ServerSpec.mem_fraction_static).
-PLANNER_DEFAULT_MEM_FRACTION = ServerSpec.mem_fraction_static
+from sglnode.planning.planner import plan_server, resolve_model
+from sglnode.planning.presets import ModelSpec, PresetError
+from sglnode.topology.model import Problem, Topology
 
 
 @dataclass(frozen=True)
@@ -36,33 +34,24 @@ class MemoryVerdict:
         }
 
 
-def planner_server(server: Server) -> dict[str, Any]:
-    """The planner's view of a server entry (keys of planner.resolve_server)."""
-    entry: dict[str, Any] = {
-        "tp": server.tp,
-        "dp": server.dp,
-        "ep": server.ep or 1,
-        "mem_fraction_static": server.mem_fraction_static or PLANNER_DEFAULT_MEM_FRACTION,
-        "kv_cache_dtype": server.kv_cache_dtype or "auto",
-        "context_length": server.context_length,
-        "chunked_prefill_size": server.chunked_prefill_size,
-        "cuda_graph_max_bs_decode": server.cuda_graph_max_bs_decode,
-    }
-    if server.speculative and server.speculative.algorithm:
-        entry["speculative"] = {"algorithm": server.speculative.algorithm}
-    return entry
+def topology_model(topology: Topology) -> ModelSpec:
+    """The topology's model as the planner sees it (its preset, with the topology's weight size)."""
+    if not topology.model.preset:
+        raise PresetError("the memory preflight needs a model preset (see sglnode plan)")
+    return resolve_model(preset=topology.model.preset, weights_gb=topology.model.weights_gb)
 
 
 def check_memory(topology: Topology, gpu: str | dict[str, Any]) -> tuple[list[MemoryVerdict], list[Problem]]:
     """Plan every server; a server that does not fit is a Problem naming its failure phase."""
-    model = {"preset": topology.model.preset, "weights_gb": topology.model.weights_gb}
-    if not topology.model.preset:
-        return [], [Problem("model.preset", "the memory preflight needs a model preset (see sglnode plan)")]
+    try:
+        model = topology_model(topology)
+    except PresetError as exc:
+        return [], [Problem("model.preset", str(exc))]
     verdicts: list[MemoryVerdict] = []
     problems: list[Problem] = []
     for server in topology.servers:
         try:
-            result = plan_server(model, planner_server(server), gpu)
+            result = plan_server(model, server, gpu)
         except (PresetError, ValueError) as exc:
             problems.append(Problem(f"server {server.name}", f"memory preflight cannot plan it: {exc}"))
             continue

@@ -62,28 +62,31 @@ class Speculative:
 
 @dataclass(frozen=True)
 class Server:
+    """One SGLang server: the one model of a server from topology file to planner, simulator and
+    renderer (`sglnode plan` builds one from its flags, the simulator from SGLang's own)."""
+
     name: str
-    role: str
-    nodes: tuple[str, ...]
-    gpus: tuple[int, ...]
-    tp: int
-    dp: int
-    ep: int | None
-    port: int
-    bootstrap_port: int | None
-    dist_init_port: int
-    mem_fraction_static: float | None
-    attention_backend: str | None
-    kv_cache_dtype: str | None
-    context_length: int | None
-    chunked_prefill_size: int | None
-    cuda_graph_max_bs_decode: int | None
-    num_continuous_decode_steps: int | None
-    transfer_backend: str | None
-    speculative: Speculative | None
-    nccl: dict[str, str]
-    env: dict[str, str]
-    args: dict[str, Any]
+    role: str = "regular"
+    nodes: tuple[str, ...] = (LOCAL_NODE,)
+    gpus: tuple[int, ...] = ()
+    tp: int = 1
+    dp: int = 1
+    ep: int | None = None
+    port: int = SGLANG_DEFAULT_PORT
+    bootstrap_port: int | None = None
+    dist_init_port: int = DEFAULT_DIST_INIT_PORT
+    mem_fraction_static: float | None = None  # None: SGLang's own default
+    attention_backend: str | None = None
+    kv_cache_dtype: str | None = None
+    context_length: int | None = None
+    chunked_prefill_size: int | None = None
+    cuda_graph_max_bs_decode: int | None = None
+    num_continuous_decode_steps: int | None = None
+    transfer_backend: str | None = None
+    speculative: Speculative | None = None
+    nccl: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    args: dict[str, Any] = field(default_factory=dict)
 
     @property
     def spans_nodes(self) -> bool:

@@ -16,6 +16,7 @@ import abc
 import argparse
 import importlib.abc
 import importlib.machinery
+import json
 import sys
 import types
 from pathlib import Path
@@ -138,9 +139,11 @@ def _deprecation(action: argparse.Action) -> str | None:
     return text.split(")")[0][:100] if text.startswith("Deprecated") else None
 
 
-def dump_flags(wheel_root: str) -> dict[str, Any]:
-    sys.path.insert(0, wheel_root)
-    sys.meta_path.append(_StubFinder())
+def dump_flags(wheel_root: str | None) -> dict[str, Any]:
+    """Every option of ServerArgs' parser. `wheel_root` None: the installed SGLang, imported for real."""
+    if wheel_root is not None:
+        sys.path.insert(0, wheel_root)
+        sys.meta_path.append(_StubFinder())
     from sglang.srt.server_args import ServerArgs  # noqa: PLC0415 - importable only after the stubs
 
     parser = argparse.ArgumentParser()
@@ -187,6 +190,11 @@ def _entries(mapping: dict[str, Any], indent: str = "  ") -> list[str]:
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[1] == "--json":
+        # `--json ROOT`: a source tree, imports stubbed; `--json --installed`: the real SGLang (image).
+        root = None if argv[2:] == ["--installed"] else argv[2]
+        json.dump(dump_flags(root), sys.stdout, sort_keys=True)
+        return 0
     current = yaml.safe_load(HEADER.read_text(encoding="utf-8"))
     header = HEADER.read_text(encoding="utf-8").split("\nsglang_version:")[0]
     lines = [header]

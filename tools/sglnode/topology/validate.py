@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from sglnode.planning.presets import PresetError, load_model_preset
 from sglnode.topology.flags import FIELD_FLAGS, ROUTER_POLICIES, FlagCatalog, load_catalog, normalize_flag
 from sglnode.topology.model import (
     DEFAULT_NODE_GPUS,
@@ -29,8 +30,9 @@ PORT_MIN = 1
 PORT_MAX = 65535
 # Names become compose service names, file names and systemd unit names.
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-# Tree-drafting algorithms need steps, top-k and draft-token count; these also need a draft model
-# (NEXTN/MTP drafts with the checkpoint's own next-token-prediction layers).
+# Tree-drafting algorithms need steps, top-k and draft-token count; these also need a draft model,
+# except on architectures whose checkpoint carries MTP layers: SGLang 0.5.23's EAGLE handler then
+# drafts with the target path itself (srt/arg_groups/speculative_hook.py, _handle_eagle_family).
 TREE_SPECULATIVE = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 NEEDS_DRAFT_MODEL = ("EAGLE", "EAGLE3", "STANDALONE")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -43,13 +45,24 @@ def validate(data: dict[str, Any], node_gpus: int = DEFAULT_NODE_GPUS) -> tuple[
     catalog = load_catalog()
     problems.extend(_check_names(topology))
     problems.extend(_check_nodes(topology))
+    draft_in_checkpoint = _model_drafts_from_its_checkpoint(topology)
     for server in topology.servers:
-        problems.extend(_check_server(topology, server, catalog))
+        problems.extend(_check_server(topology, server, catalog, draft_in_checkpoint))
     problems.extend(_check_gpu_sharing(topology))
     problems.extend(_check_ports(topology))
     problems.extend(_check_pd(topology))
     problems.extend(_check_router(topology))
     return topology, problems
+
+
+def _model_drafts_from_its_checkpoint(topology: Topology) -> bool:
+    """SGLang uses the target checkpoint's own MTP layers as the EAGLE draft for some architectures."""
+    if not topology.model.preset:
+        return False
+    try:
+        return load_model_preset(topology.model.preset).sglang.draft_in_checkpoint
+    except PresetError:
+        return False  # an unknown preset is reported by the memory preflight
 
 
 def _check_names(topology: Topology) -> Iterator[Problem]:
@@ -86,7 +99,9 @@ def _check_nodes(topology: Topology) -> Iterator[Problem]:
                 yield Problem(f"node {node.name}.address", "needed when the topology spans nodes")
 
 
-def _check_server(topology: Topology, server: Server, catalog: FlagCatalog) -> Iterator[Problem]:
+def _check_server(
+    topology: Topology, server: Server, catalog: FlagCatalog, draft_in_checkpoint: bool = False
+) -> Iterator[Problem]:
     at = f"server {server.name}"
     if server.role not in ROLES:
         yield Problem(f"{at}.role", f"{server.role!r} is not one of {', '.join(ROLES)}")
@@ -114,7 +129,7 @@ def _check_server(topology: Topology, server: Server, catalog: FlagCatalog) -> I
         for name in getattr(server, field_name):
             if not ENV_NAME.match(name):
                 yield Problem(f"{at}.{field_name}.{name}", "is not a valid environment variable name")
-    yield from _check_speculative(at, server, catalog)
+    yield from _check_speculative(at, server, catalog, draft_in_checkpoint)
     yield from check_args(f"{at}.args", server.args, catalog)
 
 
@@ -160,7 +175,9 @@ def _check_positive(at: str, server: Server) -> Iterator[Problem]:
             yield Problem(f"{at}.{field_name}", f"must be a positive integer, got {value}")
 
 
-def _check_speculative(at: str, server: Server, catalog: FlagCatalog) -> Iterator[Problem]:
+def _check_speculative(
+    at: str, server: Server, catalog: FlagCatalog, draft_in_checkpoint: bool
+) -> Iterator[Problem]:
     spec = server.speculative
     if spec is None:
         return
@@ -180,8 +197,12 @@ def _check_speculative(at: str, server: Server, catalog: FlagCatalog) -> Iterato
                 yield Problem(f"{where}.{field_name}", f"required for {spec.algorithm}")
             elif value < 1:
                 yield Problem(f"{where}.{field_name}", f"must be at least 1, got {value}")
-    if spec.algorithm in NEEDS_DRAFT_MODEL and not spec.draft_model_path:
-        yield Problem(f"{where}.draft_model_path", f"{spec.algorithm} needs a draft model")
+    if spec.algorithm in NEEDS_DRAFT_MODEL and not spec.draft_model_path and not draft_in_checkpoint:
+        yield Problem(
+            f"{where}.draft_model_path",
+            f"{spec.algorithm} needs a draft model (only checkpoints with their own MTP layers, such as "
+            "DeepSeek-V3/V4, draft without one)",
+        )
 
 
 def check_args(at: str, args: dict[str, Any], catalog: FlagCatalog) -> Iterator[Problem]:

@@ -1,0 +1,327 @@
+"""GPU and model presets (YAML data in hardware/ and models/) and Hugging Face config.json readers.
+
+A model preset names the checkpoint's config.json (models/hf/<dir>/config.json: the shapes SGLang
+reads), its size on disk, and what SGLang 0.5.23 resolves for it on this GPU beyond the generic
+memory rule (`sglang:` section: KV dtype, page size, request cap, CUDA-graph phases, speculative
+algorithms it accepts, DeepSeek-V4 pool byte sizes). The `sglang:` values were read from upstream's
+own resolution run on the node double (tools/oracle/) and tools/tests/test_upstream_oracle.py
+checks them there.
+
+Units: "GB" is 2**30 bytes, as in SGLang's own log lines ("avail mem=... GB" is
+`torch.cuda.mem_get_info() / (1 << 30)`); GPU memory is also kept in MiB as nvidia-smi reports it,
+which is what SGLang's launch defaults read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sglnode.planning.sglang_memory import AttentionShape, DSV4Pool
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+HARDWARE_DIR = PACKAGE_DIR / "hardware"
+MODELS_DIR = PACKAGE_DIR / "models"
+HF_CONFIGS_DIR = MODELS_DIR / "hf"
+BYTES_PER_GB = 1 << 30
+MIB_PER_GB = 1024
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+ATTENTION_FAMILIES = ("mha", "mla", "dsv4")
+
+
+class PresetError(ValueError):
+    """A preset, config.json or checkpoint that cannot be used; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    memory_mib: float  # nvidia-smi --query-gpu=memory.total: what SGLang's defaults read
+    bandwidth_tbs: float
+    compute_capability: str = ""
+    interconnect: str = ""
+    nvlink: bool = False
+    allreduce_latency_us: float = 10.0
+    description: str = ""
+    source: str = ""
+
+    @property
+    def memory_gb(self) -> float:
+        return self.memory_mib / MIB_PER_GB
+
+    def to_json(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["memory_gb"] = round(self.memory_gb, 3)
+        return data
+
+
+@dataclass(frozen=True)
+class SGLangModelFacts:
+    """What SGLang 0.5.23 resolves for this model on sm_120, beyond the generic memory rule."""
+
+    kv_cache_dtype: str = "bfloat16"  # what --kv-cache-dtype auto becomes
+    page_size: int = 1
+    max_running_requests: int | None = None  # a per-model default, when SGLang sets one
+    prefill_cuda_graph: bool = True  # False where a model override disables prefill capture
+    attention_backend: str = ""  # what --attention-backend auto picks on sm_120
+    speculative_algorithms: tuple[str, ...] = ()  # the algorithms SGLang accepts for it
+    speculative_algorithm: str | None = None  # the one its MTP/EAGLE deployment uses
+    draft_kv_layers: int = 0  # draft layers sharing the target's KV pool when speculating
+    draft_in_checkpoint: bool = False  # EAGLE drafts with the checkpoint's own MTP layers
+    kv_pool: Mapping[str, Any] = field(default_factory=dict)  # DeepSeek-V4 layout byte sizes
+
+    def to_json(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["speculative_algorithms"] = list(self.speculative_algorithms)
+        data["kv_pool"] = dict(self.kv_pool)
+        return data
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The config.json facts the memory and roofline model needs, plus SGLang's per-model facts."""
+
+    name: str
+    weights_gb: float
+    num_hidden_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    attention: str = "mha"  # mha | mla | dsv4
+    architecture: str = ""
+    quantization: str = "bf16"
+    v_head_dim: int | None = None
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    index_head_dim: int = 0
+    compress_ratios: tuple[int, ...] = ()
+    vocab_size: int = 0
+    n_routed_experts: int = 0
+    num_experts_per_tok: int = 0
+    n_shared_experts: int = 0
+    moe_intermediate_size: int = 0
+    first_k_dense_replace: int = 0
+    expert_bits: float = 16.0
+    activation_bits: int = 16
+    num_nextn_predict_layers: int = 0
+    draft_weights_gb: float = 0.0
+    max_position_embeddings: int = 0
+    hf_config: str = ""
+    sglang: SGLangModelFacts = field(default_factory=SGLangModelFacts)
+    description: str = ""
+    source: str = ""
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_routed_experts > 0 and self.num_experts_per_tok > 0
+
+    def attention_shape(self) -> AttentionShape:
+        return AttentionShape(
+            family=self.attention,
+            num_layers=self.num_hidden_layers,
+            num_kv_heads=self.num_key_value_heads,
+            head_dim=self.head_dim,
+            v_head_dim=self.v_head_dim or self.head_dim,
+            kv_lora_rank=self.kv_lora_rank,
+            qk_rope_head_dim=self.qk_rope_head_dim,
+            draft_kv_layers=self.sglang.draft_kv_layers,
+        )
+
+    def dsv4_pool(self) -> DSV4Pool:
+        """DeepSeek-V4's pool: layer counts from config.json, layout byte sizes from the preset."""
+        pool = self.sglang.kv_pool
+        if self.attention != "dsv4" or not pool:
+            raise PresetError(f"{self.name}: no DeepSeek-V4 kv_pool facts in its preset")
+        layers: dict[int, int] = {}
+        for ratio in self.compress_ratios[: self.num_hidden_layers]:
+            if ratio:
+                layers[ratio] = layers.get(ratio, 0) + 1
+        return DSV4Pool(
+            num_layers=self.num_hidden_layers,
+            layers_by_ratio=layers,
+            paged_bytes_by_ratio={int(k): float(v) for k, v in pool["paged_bytes_by_ratio"].items()},
+            indexer_bytes_per_token=int(pool["indexer_bytes_per_token"]),
+            attn_head_dim=self.qk_nope_head_dim + self.qk_rope_head_dim,
+            indexer_head_dim=self.index_head_dim,
+            compress_state_bytes=int(pool["compress_state_bytes"]),
+            ring_sizes={int(k): int(v) for k, v in pool["ring_sizes"].items()},
+            ring_sizes_speculative={int(k): int(v) for k, v in pool["ring_sizes_speculative"].items()},
+            swa_full_tokens_ratio=float(pool["swa_full_tokens_ratio"]),
+            page_size=self.sglang.page_size,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["compress_ratios"] = list(self.compress_ratios)
+        data["sglang"] = self.sglang.to_json()
+        return data
+
+
+def list_presets(directory: Path) -> list[str]:
+    return sorted(p.stem for p in directory.glob("*.yaml"))
+
+
+def _load_yaml(directory: Path, name: str, kind: str) -> dict[str, Any]:
+    path = directory / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(list_presets(directory))
+        raise PresetError(f"unknown {kind} preset {name!r}; known: {known}")
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise PresetError(f"{path} is not a mapping")
+    return data
+
+
+def _build(cls: type, data: dict[str, Any], origin: str) -> Any:
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise PresetError(f"{origin}: unknown keys {unknown}; known: {sorted(known)}")
+    try:
+        return cls(**data)
+    except TypeError as exc:
+        raise PresetError(f"{origin}: {exc}") from exc
+
+
+def load_gpu(name_or_spec: str | dict[str, Any] | GpuSpec) -> GpuSpec:
+    """A GPU by preset name, or from a dict with at least name, memory_mib (or memory_gb), bandwidth_tbs."""
+    if isinstance(name_or_spec, GpuSpec):
+        return name_or_spec
+    if isinstance(name_or_spec, str):
+        return _build(GpuSpec, _load_yaml(HARDWARE_DIR, name_or_spec, "GPU"), name_or_spec)
+    data = dict(name_or_spec)
+    if "preset" in data:
+        base = _load_yaml(HARDWARE_DIR, str(data.pop("preset")), "GPU")
+        data = {**base, **data}
+    if "memory_gb" in data:
+        data["memory_mib"] = float(data.pop("memory_gb")) * MIB_PER_GB
+    data.setdefault("name", "custom")
+    return _build(GpuSpec, data, "gpu")
+
+
+def _sglang_facts(raw: dict[str, Any] | None, origin: str) -> SGLangModelFacts:
+    raw = dict(raw or {})
+    raw["speculative_algorithms"] = tuple(raw.get("speculative_algorithms") or ())
+    return _build(SGLangModelFacts, raw, f"{origin}: sglang")
+
+
+def load_hf_config(directory: str) -> dict[str, Any]:
+    return load_config_json(HF_CONFIGS_DIR / directory / "config.json")
+
+
+def load_model_preset(name: str) -> ModelSpec:
+    data = _load_yaml(MODELS_DIR, name, "model")
+    hf = data.pop("hf_config", None)
+    facts = _sglang_facts(data.pop("sglang", None), name)
+    if not hf:
+        raise PresetError(f"{name}: a model preset names its config.json with `hf_config`")
+    base = model_from_config(
+        load_hf_config(str(hf)), weights_gb=float(data.pop("weights_gb", 0.0)), name=name
+    )
+    known = {f.name for f in fields(ModelSpec)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise PresetError(f"{name}: unknown keys {unknown}")
+    return ModelSpec(
+        **{
+            **base.to_json(),
+            **data,
+            "hf_config": str(hf),
+            "sglang": facts,
+            "compress_ratios": base.compress_ratios,
+        }
+    )
+
+
+def _first(config: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    for key in keys:
+        if config.get(key) is not None:
+            return config[key]
+    return default
+
+
+# Weight bits per quant_method when config.json's quantization_config gives no "bits".
+QUANT_METHOD_BITS = {"fp8": 8.0, "mxfp4": 4.25, "nvfp4": 4.5, "modelopt_fp4": 4.5, "w4afp8": 4.25}
+
+
+def attention_family(config: dict[str, Any]) -> str:
+    """How SGLang sizes this model's KV pool: DeepSeek-V4 compressed pools, MLA latents, or per-head K/V."""
+    if config.get("model_type") == "deepseek_v4" or "DeepseekV4ForCausalLM" in (
+        config.get("architectures") or ()
+    ):
+        return "dsv4"
+    return "mla" if config.get("kv_lora_rank") else "mha"
+
+
+def model_from_config(config: dict[str, Any], weights_gb: float, name: str = "config") -> ModelSpec:
+    """A ModelSpec from a Hugging Face config.json (the fields SGLang's ModelConfig reads)."""
+    text = config.get("text_config") or config
+    hidden = int(_first(text, "hidden_size", "d_model", default=0))
+    heads = int(_first(text, "num_attention_heads", "n_head", default=0))
+    layers = int(_first(text, "num_hidden_layers", "n_layer", default=0))
+    if not (hidden and heads and layers):
+        raise PresetError(f"{name}: config.json lacks hidden_size / num_attention_heads / num_hidden_layers")
+    family = attention_family(text)
+    quant = text.get("quantization_config") or {}
+    quant_method = str(quant.get("quant_method", "")).lower()
+    expert_bits = float(quant.get("bits") or QUANT_METHOD_BITS.get(quant_method, 16.0))
+    architectures = text.get("architectures") or config.get("architectures") or [""]
+    head_dim = int(_first(text, "head_dim", default=hidden // heads))
+    rope = int(text.get("qk_rope_head_dim") or 0)
+    return ModelSpec(
+        name=name,
+        weights_gb=float(weights_gb),
+        architecture=str(architectures[0]),
+        quantization=quant_method or str(text.get("torch_dtype", "bf16")),
+        num_hidden_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_key_value_heads=int(_first(text, "num_key_value_heads", default=heads)),
+        head_dim=head_dim,
+        v_head_dim=text.get("v_head_dim"),
+        attention=family,
+        kv_lora_rank=int(text.get("kv_lora_rank") or 0),
+        qk_rope_head_dim=rope,
+        # DeepSeek-V4: head_dim is the whole latent (nope + rope), as SGLang's ModelConfig reads it.
+        qk_nope_head_dim=int(text.get("qk_nope_head_dim") or (head_dim - rope if family == "dsv4" else 0)),
+        index_head_dim=int(text.get("index_head_dim") or 0),
+        compress_ratios=tuple(int(r) for r in text.get("compress_ratios") or ()),
+        vocab_size=int(text.get("vocab_size") or 0),
+        n_routed_experts=int(_first(text, "n_routed_experts", "num_experts", "num_local_experts", default=0)),
+        num_experts_per_tok=int(_first(text, "num_experts_per_tok", "moe_topk", default=0)),
+        n_shared_experts=int(text.get("n_shared_experts") or 0),
+        moe_intermediate_size=int(_first(text, "moe_intermediate_size", "intermediate_size", default=0)),
+        first_k_dense_replace=int(text.get("first_k_dense_replace") or 0),
+        expert_bits=expert_bits,
+        num_nextn_predict_layers=int(text.get("num_nextn_predict_layers") or 0),
+        max_position_embeddings=int(text.get("max_position_embeddings") or 0),
+    )
+
+
+def load_config_json(path: str | Path) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise PresetError(f"cannot read config.json {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise PresetError(f"{path}: config.json is not a JSON object")
+    return data
+
+
+def weights_gb_from_checkpoint(checkpoint: str | Path) -> float:
+    """Total weight size from a checkpoint's model.safetensors.index.json (metadata.total_size bytes)."""
+    path = Path(checkpoint)
+    index = path / SAFETENSORS_INDEX if path.is_dir() else path
+    try:
+        data = json.loads(index.read_text(encoding="utf-8"))
+        total = int(data["metadata"]["total_size"])
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise PresetError(f"cannot read metadata.total_size from {index}: {exc}") from exc
+    return total / BYTES_PER_GB
