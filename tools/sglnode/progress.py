@@ -100,6 +100,11 @@ class ProgressTracker:
                 return milestone
         return None
 
+    def restart(self) -> None:
+        """A new server process: stages start over; the milestones seen so far stay on record."""
+        self.stage = Stage.STARTING
+        self.rank_stages.clear()
+
     def stage_of(self, rank: int | None) -> Stage:
         """The stage of one rank (the furthest stage overall when the rank is unknown)."""
         if rank is None:

@@ -17,7 +17,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from sglnode.client import Probe, Readiness, SGLangClient
-from sglnode.diagnose import Diagnoser, Diagnosis, LogLine, read_gpu_memory
+from sglnode.diagnosis.diagnose import Diagnoser, Diagnosis, LogLine, read_gpu_memory
 from sglnode.logwatch import ExitInfo, LogEvent
 from sglnode.progress import Milestone, ProgressDisplay, ProgressTracker
 

@@ -1,65 +1,129 @@
-"""The classifier against real SGLang failure excerpts from public reports (fixtures/corpus).
+"""The classifier against real crash excerpts from public reports (fixtures/corpus).
 
-Each `NN-name.log` is quoted from the report named in `NN-name.yaml` (source_url), with the cause
-(and OOM phase) the report settled on.
+Each `NNN-slug.log` is quoted verbatim from the report named in `NNN-slug.yaml` (source_url), with
+the cause (and OOM phase) the excerpt itself shows. The split is fixed by the source URL's hash
+(benchmarks/diagnosis_accuracy.py): rules are developed on `train`, where every family is tested
+item by item; `test` is only scored, and `make test` fails when its accuracy falls below the figures
+recorded in benchmarks/diagnosis_baseline.json, or when any non-OOM log is diagnosed as an OOM.
 """
 
+import json
+import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
-import yaml
 
-from sglnode.diagnose import diagnose_lines, numbered
-from sglnode.rulebook import CAUSES, OOM_PHASES
+from sglnode.diagnosis.diagnose import diagnose_lines, numbered
+from sglnode.diagnosis.rulebook import CAUSES, OOM_PHASES
 
-CORPUS = Path(__file__).parent / "fixtures" / "corpus"
-ITEMS = sorted(CORPUS.glob("*.yaml"))
-MIN_CORPUS_ITEMS = 20  # issue 5: "at least 20"
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import diagnosis_accuracy as bench  # noqa: E402
+
+ITEMS = bench.load_corpus()
+TRAIN = [item for item in ITEMS if item.meta["split"] == "train"]
+BASELINE = json.loads(bench.BASELINE.read_text(encoding="utf-8"))
+MIN_CORPUS_ITEMS = 150  # issue 12
+FAMILIES = (
+    "arch_unsupported",
+    "nccl",
+    "kv_transfer",
+    "oom",
+    "port_in_use",
+    "import_error",
+    "watchdog_timeout",
+    "kernel_resources",
+    "cuda_graph_capture",
+)
+SM120_TAGS = {"sm120", "sm121", "blackwell", "rtx5090", "rtx-pro-6000"}
+# Train items whose excerpt does not show enough to decide (each yaml's label_uncertain says why).
+TRAIN_KNOWN_MISSES = {
+    "140-oom-runtime-verl-sglang-rollout-raytask",
+    "159-oom-cudagraph-trees-torch-compile-sam",
+    "192-oom-runtime-vllm-v1-vlm-profiling-underestimate",
+    "201-oom-runtime-sglang-alloc-paged-token-slots-extend-trace",
+    "208-unknown-tgi-decode-cuda-graph-warmup-failed-trace-cut",
+    "253-triton-windows-ptxas-sm75-exit-status",
+    "335-freetoken-prefill-wy-transform-oom",
+}
 
 
-def _load(meta_path: Path) -> tuple[dict, list[str]]:
-    meta = yaml.safe_load(meta_path.read_text(encoding="utf-8"))
-    log = meta_path.with_suffix(".log").read_text(encoding="utf-8").splitlines()
-    return meta, log
-
-
-def test_corpus_is_large_enough_and_well_formed():
+def test_corpus_is_large_and_well_formed():
     assert len(ITEMS) >= MIN_CORPUS_ITEMS
     urls = set()
     for item in ITEMS:
-        meta, log = _load(item)
-        assert meta["source_url"].startswith("https://github.com/"), item.name
+        meta = item.meta
+        assert meta["source_url"].startswith("https://"), item.name
         assert meta["cause"] in CAUSES, item.name
         assert meta["phase"] in (*OOM_PHASES, None), item.name
         assert (meta["phase"] is not None) == (meta["cause"] == "oom"), item.name
-        assert meta["settled"], item.name
-        assert log, item.name
+        assert meta["settled"] and meta["library"], item.name
+        assert "label_uncertain" in meta, item.name
+        assert item.lines, item.name
         urls.add(meta["source_url"])
     assert len(urls) == len(ITEMS), "each corpus item is a different report"
 
 
-@pytest.mark.parametrize("item", ITEMS, ids=lambda path: path.stem)
-def test_classifier_names_the_settled_cause(item):
-    meta, log = _load(item)
-    diagnosis = diagnose_lines(numbered(log, source=item.name))
-    assert (diagnosis.cause, diagnosis.phase) == (meta["cause"], meta["phase"])
-    if meta["cause"] != "unknown":
+def test_split_is_the_fixed_hash_rule_not_a_choice():
+    # Nobody moves an item between splits: the URL decides.
+    for item in ITEMS:
+        assert item.meta["split"] == bench.split_of(item.meta["source_url"]), item.name
+    counts = Counter(item.meta["split"] for item in ITEMS)
+    assert counts["test"] >= 50 and counts["train"] >= 100
+
+
+def test_held_out_split_accuracy_holds_the_recorded_figure():
+    result = bench.score([item for item in ITEMS if item.meta["split"] == "test"])
+    assert result["items"] == BASELINE["test_items"], "the corpus changed: measure and record again"
+    # Counts only: the test split is never inspected item by item.
+    assert result["accuracy"] >= BASELINE["test_accuracy"], result["accuracy"]
+    assert result["false_oom"] <= BASELINE["test_false_oom"], result["false_oom"]
+
+
+def test_no_non_oom_log_of_the_train_split_is_diagnosed_as_an_oom():
+    assert bench.score(TRAIN)["false_oom_items"] == []
+
+
+@pytest.mark.parametrize("item", TRAIN, ids=lambda item: item.name)
+def test_train_item_gets_its_settled_cause(item):
+    diagnosis = diagnose_lines(numbered(item.lines, source=item.name))
+    got = f"{diagnosis.cause}({diagnosis.phase})" if diagnosis.phase else diagnosis.cause
+    if item.name in TRAIN_KNOWN_MISSES:
+        assert got != item.label, f"{item.name} now passes: drop it from TRAIN_KNOWN_MISSES"
+        assert item.meta["label_uncertain"] or item.meta["cause"] == "oom"
+        return
+    assert got == item.label
+    if diagnosis.cause != "unknown":
         assert diagnosis.evidence, "a named cause always comes with evidence lines"
-        assert diagnosis.fix
+        assert diagnosis.fix and diagnosis.rule_evidence
+    else:
+        assert diagnosis.last_lines, "unknown still shows the last meaningful lines"
 
 
-def test_corpus_covers_every_cause_class_it_claims():
-    causes = {_load(item)[0]["cause"] for item in ITEMS}
-    required = {
-        "oom",
-        "nccl",
-        "arch_unsupported",
-        "port_in_use",
-        "watchdog_timeout",
-        "import_error",
-        "cuda_graph_capture",
-        "kernel_resources",
-        "kv_transfer",
-        "unknown",
-    }
-    assert required <= causes
+def test_every_family_has_real_train_excerpts_that_pass():
+    passing = Counter(item.meta["cause"] for item in TRAIN if item.name not in TRAIN_KNOWN_MISSES)
+    for family in FAMILIES:
+        assert passing[family] >= 3, family
+
+
+def test_sm120_architecture_failures_from_many_libraries():
+    sm120 = [
+        item
+        for item in TRAIN
+        if item.meta["cause"] == "arch_unsupported" and SM120_TAGS & set(item.meta.get("tags") or [])
+    ]
+    assert len(sm120) >= 15
+    assert len({item.meta["library"] for item in sm120}) >= 6
+
+
+def test_oom_phase_is_decided_by_evidence_and_says_which():
+    kinds = Counter()
+    for item in TRAIN:
+        if item.meta["cause"] != "oom" or item.name in TRAIN_KNOWN_MISSES:
+            continue
+        diagnosis = diagnose_lines(numbered(item.lines, source=item.name))
+        assert diagnosis.phase_evidence is not None
+        kinds[diagnosis.phase_evidence.kind] += 1
+    # Every kind of evidence is exercised by real reports.
+    assert kinds["message"] and kinds["frame"] and kinds["marker"], kinds

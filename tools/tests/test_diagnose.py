@@ -9,15 +9,17 @@ from pathlib import Path
 import pytest
 
 from sglnode.commands import diagnose as diagnose_command
-from sglnode.diagnose import (
+from sglnode.diagnosis.diagnose import (
     SCHEMA_VERSION,
     Diagnoser,
     LogLine,
-    context_phase,
     diagnose_lines,
+    frame_phase,
     numbered,
     read_gpu_memory,
+    traceback_window,
 )
+from sglnode.diagnosis.rulebook import load_phase_evidence
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 # 20k routine lines take ~0.05 s here; a generous bound that still fails if the fast path breaks.
@@ -51,7 +53,8 @@ def test_graph_capture_advice_mentioning_mem_fraction_is_not_oom_evidence():
     diagnosis = _diagnose("capture_failed_not_oom.log")
     assert diagnosis.cause != "oom"
     assert all("--mem-fraction-static to a smaller" not in line.text for line in diagnosis.evidence)
-    assert "--disable-cuda-graph" in diagnosis.fix
+    # 0.5.23 deprecated --disable-cuda-graph: the fix names the flag that replaced it.
+    assert "--cuda-graph-backend-decode disabled" in diagnosis.fix
 
 
 def test_oom_evidence_carries_the_fatal_line_with_its_number_and_source():
@@ -128,7 +131,9 @@ def test_phase_falls_back_to_the_last_stage_when_frames_say_nothing():
     )
     diagnosis = diagnose_lines(lines)
     assert diagnosis.phase == "kv_cache"
-    assert any("last startup stage" in note for note in diagnosis.notes)
+    assert diagnosis.phase_evidence.kind == "marker"
+    assert diagnosis.phase_evidence.line.line_no == 2
+    assert any("last startup marker" in note for note in diagnosis.notes)
 
 
 def test_phase_uses_the_crashing_rank_stage():
@@ -154,13 +159,13 @@ def test_phase_uses_the_crashing_rank_stage():
         (['  File "x.py", line 1, in something_else'], None),
     ],
 )
-def test_context_phase_reads_the_traceback_frames(frames, phase):
+def test_frame_phase_reads_the_traceback_frames(frames, phase):
     recent = numbered(["noise", "Traceback (most recent call last):", *frames])
-    hit = LogLine(99, "torch.OutOfMemoryError: CUDA out of memory.")
-    assert context_phase(recent, hit) == phase
+    found = frame_phase(traceback_window(recent), load_phase_evidence())
+    assert (found[0] if found else None) == phase
 
 
-def test_context_phase_ignores_frames_from_an_older_traceback():
+def test_frame_phase_ignores_frames_from_an_older_traceback():
     recent = numbered(
         [
             "Traceback (most recent call last):",
@@ -170,7 +175,8 @@ def test_context_phase_ignores_frames_from_an_older_traceback():
             '  File "model_runner.py", line 1, in init_memory_pool',
         ]
     )
-    assert context_phase(recent, LogLine(9, "CUDA out of memory")) == "kv_cache"
+    phase, frame = frame_phase(traceback_window(recent), load_phase_evidence())
+    assert (phase, frame.line_no) == ("kv_cache", 5)
 
 
 def test_json_schema_is_stable():
@@ -179,18 +185,23 @@ def test_json_schema_is_stable():
         "schema_version",
         "cause",
         "phase",
+        "phase_evidence",
         "rule_id",
+        "rule_evidence",
         "confidence",
         "fix",
         "source_url",
         "stage",
         "evidence",
+        "last_lines",
         "notes",
         "also_matched",
         "gpu_memory_at_death",
     ]
     assert payload["schema_version"] == SCHEMA_VERSION
     assert set(payload["evidence"][0]) == {"line_no", "text", "source"}
+    assert payload["phase_evidence"]["kind"] in {"message", "frame", "marker", "stage"}
+    assert payload["rule_evidence"]
     json.dumps(payload)
 
 

@@ -4,7 +4,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglnode.rulebook import CAUSES, RuleError, load_rules, parse_rule, parse_rules, required_literal
+from sglnode.diagnosis.rulebook import (
+    CAUSES,
+    RuleError,
+    load_rules,
+    parse_rule,
+    parse_rules,
+    required_literal,
+)
 
 RULES = load_rules()
 POSITIVES = [(rule, example) for rule in RULES for example in rule.examples]
@@ -82,6 +89,7 @@ GOOD = {
     "priority": 1,
     "conclusive": True,
     "confidence": "high",
+    "evidence": "an NCCL line",
     "patterns": ["NCCL"],
     "fix": "f",
     "source": "https://example.org/1",
@@ -105,6 +113,11 @@ GOOD = {
 def test_malformed_rules_fail_at_load_time(change, message):
     with pytest.raises(RuleError, match=message):
         parse_rule({**GOOD, **change})
+
+
+def test_unknown_rule_keys_are_rejected():
+    with pytest.raises(RuleError, match="unknown keys"):
+        parse_rule({**GOOD, "prioritty": 3})
 
 
 def test_missing_keys_and_duplicate_ids_are_rejected():

@@ -8,8 +8,8 @@ test_upstream_strings.py) must be recognised by a rule, and the whole crash, as 
 
 import pytest
 
-from sglnode.diagnose import diagnose_lines, numbered
-from sglnode.rulebook import load_rules
+from sglnode.diagnosis.diagnose import diagnose_lines, numbered
+from sglnode.diagnosis.rulebook import load_rules
 from sglnode.upstream import catalog
 
 RULES = load_rules()

@@ -6,7 +6,7 @@ import pytest
 
 from sglnode import loglines
 from sglnode.cli import main
-from sglnode.diagnose import diagnose_lines, numbered
+from sglnode.diagnosis.diagnose import diagnose_lines, numbered
 from sglnode.planning.planner import PHASE_CUDA_GRAPH, PHASE_KV_CACHE, PHASE_WEIGHTS
 from sglnode.progress import ProgressTracker, Stage
 from sglnode.sim.config import SimConfig, SimConfigError, build_config, parse_faults

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 import pytest
 
 from sglnode import loglines
-from sglnode.diagnose import diagnose_lines, numbered
+from sglnode.diagnosis.diagnose import diagnose_lines, numbered
 
 START_TIMEOUT_S = 30
 BOOTSTRAP_RE = re.compile(r"bootstrap server listening on [\d.]+:(?P<port>\d+)")

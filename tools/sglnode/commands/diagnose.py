@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from sglnode.diagnose import Diagnoser, Diagnosis, numbered
+from sglnode.diagnosis.diagnose import Diagnoser, Diagnosis, stream_lines
 from sglnode.exitcodes import EXIT_USAGE
 
 EXIT_CAUSE_FOUND = 0
@@ -33,14 +33,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def diagnose_paths(paths: list[str], stdin: TextIO | None = None) -> Diagnosis:
-    """One diagnosis over all logs; each keeps its own line numbers and source name."""
+    """One diagnosis over all logs; each keeps its own line numbers and source name. Files are
+    streamed: memory stays bounded whatever their size."""
     diagnoser = Diagnoser()
     for path in paths:
         if path == "-":
-            diagnoser.feed_all(numbered((stdin or sys.stdin).readlines(), source="stdin"))
+            diagnoser.feed_all(stream_lines(stdin or sys.stdin, source="stdin"))
         else:
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
-            diagnoser.feed_all(numbered(text.splitlines(), source=path))
+            with Path(path).open(encoding="utf-8", errors="replace") as handle:
+                diagnoser.feed_all(stream_lines(handle, source=path))
     return diagnoser.result()
 
 

@@ -1,0 +1,552 @@
+"""Apply the failure rules to log lines, pick the cause, and gather the evidence.
+
+The same `Diagnoser` serves `sglnode diagnose` (offline, streamed files) and `sglnode wait` (live,
+line by line): it says when the log is already conclusive, so `wait` can report within a second
+of the fatal line instead of waiting for the process to exit.
+
+The OOM phase comes from evidence of where the process died, in this order: the error message when
+it names the phase itself (SGLang's KV-budget errors), the outermost phase frame of the traceback
+that carries the OOM (phases.yaml: what the process was doing, e.g. capture, around the forward
+pass that allocated), the last startup-stage marker before the fatal line
+(SGLang's milestones and other engines' equivalents), and only then the stage the progress
+tracker reached. The JSON's `phase_evidence` says which one decided, with the line.
+
+Memory stays bounded whatever the log's size: a few hits per rule, a fixed look-back window, and
+evidence lines cut to EVIDENCE_LINE_MAX characters.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from sglnode import loglines
+from sglnode.diagnosis.rulebook import (
+    FRAME_RE,
+    PhaseEvidence,
+    Rule,
+    Vocabulary,
+    load_phase_evidence,
+    load_rules,
+    load_vocabulary,
+)
+from sglnode.progress import STAGE_TO_OOM_PHASE, ProgressTracker, Stage
+
+SCHEMA_VERSION = 2
+
+# How far back (lines) to look for the traceback that led to an OOM line. SGLang scheduler
+# tracebacks are ~20-60 frames; 400 lines also covers a few interleaved ranks.
+TRACEBACK_LOOKBACK_LINES = 400
+# Some engines print the exception first and its traceback after it (vLLM's engine loop, TGI).
+TRACEBACK_LOOKAHEAD_LINES = 80
+MAX_EVIDENCE_LINES_PER_RULE = 5
+MAX_HITS_PER_RULE = MAX_EVIDENCE_LINES_PER_RULE
+MAX_ALSO_MATCHED = 10
+MAX_LAST_LINES = 5
+# Error lines kept for the vocabulary fallback (the last ones: a crash prints its cause near the end).
+MAX_ERROR_LINES = 200
+# A 50 MB line is a log's (or an attacker's) mistake, not evidence: lines are cut when read and
+# when shown.
+READ_LINE_MAX = 64 * 1024
+EVIDENCE_LINE_MAX = 500
+NVIDIA_SMI_TIMEOUT_S = 5.0
+
+TRACEBACK_START_RE = re.compile(r"Traceback \(most recent call last\)")
+# Lines that mean the server is going down, whatever the cause.
+TERMINAL_RES: tuple[re.Pattern[str], ...] = (
+    loglines.KILL_PROCESS_TREE_RE,
+    loglines.SCHEDULER_DEAD_RE,
+    loglines.SIGQUIT_RE,
+    re.compile(r"SIGQUIT received"),
+    loglines.SCHEDULER_DIED_RE,
+)
+
+# The first line a fresh server process prints (launch_server logs its arguments): after a crash it
+# starts a new lifetime, and a crash-looping unit's log is diagnosed on its last one.
+SERVER_START_MARKER = "server_args="
+MAX_EARLIER_LIFETIMES = 20
+
+# SGLang's high-volume serving lines (per-batch stats, HTTP access log) never carry a failure or a
+# startup milestone; skipping them keeps offline diagnosis of day-long logs fast (~10x).
+ROUTINE_LINE_MARKERS: tuple[str, ...] = ("] Decode batch", "] Prefill batch", '" 200 OK')
+# Lines that say nothing on their own: traceback frames and separators (not "meaningful last lines").
+FRAME_LINE_RE = re.compile(r'^\s*(?:File "|at |\d+: |→|\^+$|~+$|-+$)|^\s*$')
+
+UNKNOWN_NOTES: tuple[str, ...] = (
+    "No failure signature matched: the server was killed without a recognisable cause in this log.",
+    "Look at the rank-0 scheduler output above the kill line: the first 'Scheduler hit an exception' "
+    "or 'Traceback' block names the real error (other ranks often print only the kill).",
+    "Check the kernel log for the host OOM killer or GPU faults: dmesg -T | grep -iE 'killed process|xid'.",
+    "Compare GPU memory at death (gpu_memory_at_death, or nvidia-smi right after the crash) with "
+    "the last 'avail mem=' line of the log.",
+)
+STAGE_OF_MARKER = {
+    "weights": Stage.WEIGHTS,
+    "kv_cache": Stage.KV_CACHE,
+    "cuda_graph": Stage.CUDA_GRAPH,
+    "serving": Stage.SERVING,
+}
+
+
+def clip(text: str, limit: int = EVIDENCE_LINE_MAX) -> str:
+    """A line short enough to show: long lines keep their head and say how much was cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]} [... {len(text) - limit} more characters]"
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of a log, numbered from 1 within its source."""
+
+    line_no: int
+    text: str
+    source: str = "log"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"line_no": self.line_no, "text": clip(self.text), "source": self.source}
+
+
+@dataclass
+class Hit:
+    """A rule that matched a line, and where the server was at that moment."""
+
+    rule: Rule
+    line: LogLine
+    stage: Stage
+    order: int  # position in the feed, across all sources
+    before: list[LogLine]  # the traceback window that led to the line (OOM rules only)
+    after: list[LogLine] = field(default_factory=list)  # lines after it, for tracebacks printed later
+    marker: tuple[str, LogLine] | None = None  # the last stage marker before the line
+
+
+@dataclass(frozen=True)
+class PhaseDecision:
+    phase: str
+    kind: str  # message | frame | marker | stage
+    line: LogLine | None
+
+    def note(self) -> str:
+        where = f" (line {self.line.line_no})" if self.line else ""
+        return {
+            "message": f"phase {self.phase}: named by the error message itself",
+            "frame": f"phase {self.phase}: from the traceback frame of what the process was doing{where}",
+            "marker": f"phase {self.phase}: from the last startup marker before the error{where}",
+            "stage": f"phase {self.phase}: no frame or marker says more; the last stage reached",
+        }[self.kind]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "line": self.line.to_json() if self.line else None}
+
+
+@dataclass
+class Diagnosis:
+    """The answer: cause, phase, evidence, fix. `to_json` is the documented stable schema."""
+
+    cause: str
+    phase: str | None
+    rule_id: str | None
+    confidence: str
+    fix: str | None
+    source_url: str | None
+    stage: str
+    evidence: list[LogLine] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    also_matched: list[dict[str, Any]] = field(default_factory=list)
+    gpu_memory_at_death: list[dict[str, int]] | None = None
+    rule_evidence: str | None = None
+    phase_evidence: PhaseDecision | None = None
+    last_lines: list[LogLine] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "cause": self.cause,
+            "phase": self.phase,
+            "phase_evidence": self.phase_evidence.to_json() if self.phase_evidence else None,
+            "rule_id": self.rule_id,
+            "rule_evidence": self.rule_evidence,
+            "confidence": self.confidence,
+            "fix": self.fix,
+            "source_url": self.source_url,
+            "stage": self.stage,
+            "evidence": [line.to_json() for line in self.evidence],
+            "last_lines": [line.to_json() for line in self.last_lines],
+            "notes": list(self.notes),
+            "also_matched": list(self.also_matched),
+            "gpu_memory_at_death": self.gpu_memory_at_death,
+        }
+
+    def render(self) -> str:
+        """Human-readable report."""
+        cause = f"{self.cause} ({self.phase})" if self.phase else self.cause
+        lines = [f"cause: {cause}   confidence: {self.confidence}   stage: {self.stage}"]
+        if self.rule_id:
+            lines.append(f"rule: {self.rule_id}   source: {self.source_url}")
+        lines.append("evidence:")
+        lines.extend(f"  {line.source}:{line.line_no}: {clip(line.text)}" for line in self.evidence)
+        if self.last_lines:
+            lines.append("last lines:")
+            lines.extend(f"  {line.source}:{line.line_no}: {clip(line.text)}" for line in self.last_lines)
+        if self.fix:
+            lines.append(f"fix: {self.fix}")
+        lines.extend(f"note: {note}" for note in self.notes)
+        if self.gpu_memory_at_death:
+            memory = ", ".join(
+                f"GPU{gpu['index']} {gpu['used_mib']}/{gpu['total_mib']} MiB"
+                for gpu in self.gpu_memory_at_death
+            )
+            lines.append(f"gpu memory at death: {memory}")
+        return "\n".join(lines)
+
+
+def traceback_window(recent: Iterable[LogLine]) -> list[LogLine]:
+    """The lines of the last traceback in `recent`; without a traceback header (an excerpt, a
+    C++/Rust backtrace) the whole bounded look-back, where the nearest frame still wins."""
+    window = list(recent)
+    for index in range(len(window) - 1, -1, -1):
+        if TRACEBACK_START_RE.search(window[index].text):
+            return window[index:]
+    return window
+
+
+def frame_phase(lines: Iterable[LogLine], evidence: PhaseEvidence) -> tuple[str, LogLine] | None:
+    """The phase of the outermost frame with a phase hint among `lines`: what the process was doing
+    (weight loading, pool sizing, graph capture, the serving loop) calls the forward pass that
+    allocated, so the outer frame names the phase and an inner `forward`/`execute_model` does not."""
+    for line in lines:
+        phase = evidence.frame_phase(line.text)
+        if phase is not None:
+            return phase, line
+    return None
+
+
+class Diagnoser:
+    """Feeds on log lines; knows when the log is conclusive and what it concludes."""
+
+    def __init__(
+        self,
+        rules: tuple[Rule, ...] | None = None,
+        tracker: ProgressTracker | None = None,
+        phase_evidence: PhaseEvidence | None = None,
+    ) -> None:
+        self.rules = rules if rules is not None else load_rules()
+        self.phase_evidence = phase_evidence if phase_evidence is not None else load_phase_evidence()
+        self.vocabulary: Vocabulary = load_vocabulary()
+        self._error_lines: deque[LogLine] = deque(maxlen=MAX_ERROR_LINES)
+        self._after_frame = False
+        self.tracker = tracker if tracker is not None else ProgressTracker(started_at=0.0)
+        self.hits: list[Hit] = []
+        self.hit_counts: dict[str, int] = {}
+        self.terminal_lines: list[LogLine] = []
+        self._recent: deque[LogLine] = deque(maxlen=TRACEBACK_LOOKBACK_LINES)
+        self._meaningful: deque[LogLine] = deque(maxlen=MAX_LAST_LINES)
+        self._last_milestone: LogLine | None = None
+        # The last stage marker per TP rank (None: lines without a rank tag); ranks move at their own pace.
+        self._markers: dict[int | None, tuple[str, LogLine]] = {}
+        self._collecting: list[tuple[Hit, int]] = []
+        self._fed = 0
+        self.earlier_crashes: list[str] = []  # cause of each earlier server lifetime that went down
+        self.earlier_lifetimes = 0
+
+    def feed(self, line: LogLine, timestamp: float = 0.0) -> list[Hit]:
+        """Classify one line; return the rule hits it produced."""
+        self._fed += 1
+        if SERVER_START_MARKER in line.text and (self.hits or self.terminal_lines):
+            self._start_new_lifetime()
+        self._collect_after(line)
+        if any(marker in line.text for marker in ROUTINE_LINE_MARKERS):
+            # A batch or an answered request: the server was serving (an OOM after it is a runtime one).
+            self._markers[loglines.tp_rank(line.text)] = ("serving", line)
+            self._recent.append(line)
+            return []
+        if self.tracker.feed(timestamp, line.line_no, line.text) is not None:
+            self._last_milestone = line
+        rank = loglines.tp_rank(line.text)
+        stage = self.phase_evidence.marker_stage(line.text)
+        if stage is not None:
+            self._markers[rank] = (stage, line)
+        new_hits = []
+        for rule in self.rules:
+            if rule.matches(line.text):
+                count = self.hit_counts.get(rule.id, 0)
+                self.hit_counts[rule.id] = count + 1
+                if count >= MAX_HITS_PER_RULE:
+                    continue
+                before = traceback_window(self._recent) if rule.phase == "from_context" else []
+                hit = Hit(
+                    rule,
+                    line,
+                    self.tracker.stage_of(rank),
+                    order=self._fed,
+                    before=before,
+                    marker=self._marker_for(rank),
+                )
+                if rule.phase == "from_context":
+                    self._collecting.append((hit, TRACEBACK_LOOKAHEAD_LINES))
+                new_hits.append(hit)
+        self.hits.extend(new_hits)
+        if any(pattern.search(line.text) for pattern in TERMINAL_RES):
+            if len(self.terminal_lines) < MAX_LAST_LINES:  # the first ones say it; a crash loop repeats them
+                self.terminal_lines.append(line)
+        elif not FRAME_LINE_RE.search(line.text):
+            self._meaningful.append(line)
+            # Frames and the source line under each frame quote code ("timeout=timeout"), not errors.
+            is_frame = FRAME_RE.search(line.text) is not None
+            if not is_frame and not self._after_frame and self.vocabulary.is_error_line(line.text):
+                self._error_lines.append(line)
+        self._after_frame = FRAME_RE.search(line.text) is not None
+        self._recent.append(line)
+        return new_hits
+
+    def _start_new_lifetime(self) -> None:
+        """A restarted server: what the earlier one died of becomes a note, not the diagnosis."""
+        best = self.best_hit()
+        self.earlier_lifetimes += 1
+        if len(self.earlier_crashes) < MAX_EARLIER_LIFETIMES:
+            self.earlier_crashes.append(best.rule.cause if best else "unknown")
+        self.hits = []
+        self.hit_counts = {}
+        self.terminal_lines = []
+        self._markers = {}
+        self._collecting = []
+        self._last_milestone = None
+        self._meaningful.clear()
+        self._error_lines.clear()
+        self._recent.clear()
+        self.tracker.restart()
+
+    def _marker_for(self, rank: int | None) -> tuple[str, LogLine] | None:
+        """The crashing rank's own last marker; an untagged line takes the latest of any rank."""
+        if rank is not None and rank in self._markers:
+            return self._markers[rank]
+        if rank is None and self._markers:
+            return max(self._markers.values(), key=lambda marker: marker[1].line_no)
+        return self._markers.get(None)
+
+    def _collect_after(self, line: LogLine) -> None:
+        still = []
+        for hit, remaining in self._collecting:
+            hit.after.append(line)
+            if remaining > 1:
+                still.append((hit, remaining - 1))
+        self._collecting = still
+
+    def feed_all(self, lines: Iterable[LogLine]) -> None:
+        for line in lines:
+            self.feed(line)
+
+    @property
+    def conclusive(self) -> bool:
+        """A fatal signature that proves the crash on its own has been seen."""
+        return any(hit.rule.conclusive for hit in self.hits)
+
+    @property
+    def terminal(self) -> bool:
+        """The server announced it is going down (kill_process_tree, dead scheduler, sigquit)."""
+        return bool(self.terminal_lines)
+
+    def best_hit(self) -> Hit | None:
+        """Highest priority wins; between equals, the earliest line fed (the first error is the cause)."""
+        if not self.hits:
+            return None
+        return min(self.hits, key=lambda hit: (-hit.rule.priority, hit.order))
+
+    def result(self, gpu_memory: list[dict[str, int]] | None = None) -> Diagnosis:
+        best = self.best_hit()
+        stage = self.tracker.stage.label
+        if best is None:
+            return self._vocabulary_match(stage, gpu_memory) or self._unknown(stage, gpu_memory)
+        rule = best.rule
+        decision = self.decide_phase(best)
+        evidence = [hit.line for hit in self.hits if hit.rule.id == rule.id][:MAX_EVIDENCE_LINES_PER_RULE]
+        if decision is not None and decision.line is not None:
+            evidence.append(decision.line)
+        evidence = _ordered_unique([*evidence, *self._context_lines(), *self.terminal_lines])
+        notes = [decision.note()] if decision else []
+        notes.extend(self._lifetime_notes())
+        if rule.confidence == "low":
+            notes.append("Suggestive only: confirm before acting on it.")
+        phase = decision.phase if decision else None
+        return Diagnosis(
+            cause=rule.cause,
+            phase=phase,
+            rule_id=rule.id,
+            confidence=rule.confidence,
+            fix=rule.fix_for(phase),
+            source_url=rule.source,
+            stage=stage,
+            evidence=evidence,
+            notes=notes,
+            also_matched=self._also_matched(rule),
+            gpu_memory_at_death=gpu_memory,
+            rule_evidence=rule.evidence,
+            phase_evidence=decision,
+        )
+
+    def decide_phase(self, hit: Hit) -> PhaseDecision | None:
+        """Where an OOM happened: the message, the outermost phase frame, the last marker, or the stage."""
+        if hit.rule.cause != "oom":
+            return None
+        if hit.rule.phase != "from_context":
+            return PhaseDecision(str(hit.rule.phase), "message", hit.line)
+        own = self.phase_evidence.frame_phase(hit.line.text)
+        if own is not None:
+            return PhaseDecision(own, "frame", hit.line)
+        # The traceback that led to the line; else one printed after it (exception first, frames after).
+        frame = frame_phase(hit.before, self.phase_evidence) or frame_phase(hit.after, self.phase_evidence)
+        if frame is not None:
+            return PhaseDecision(frame[0], "frame", frame[1])
+        if hit.marker is not None:
+            stage, line = hit.marker
+            return PhaseDecision(STAGE_TO_OOM_PHASE[STAGE_OF_MARKER[stage]], "marker", line)
+        return PhaseDecision(STAGE_TO_OOM_PHASE[hit.stage], "stage", None)
+
+    def _lifetime_notes(self) -> list[str]:
+        if not self.earlier_lifetimes:
+            return []
+        causes = ", ".join(f"{cause} x{n}" for cause, n in Counter(self.earlier_crashes).most_common())
+        return [
+            f"The log holds {self.earlier_lifetimes} earlier server start(s) that went down "
+            f"({causes}); this diagnosis is of the last one."
+        ]
+
+    def _context_lines(self) -> list[LogLine]:
+        return [self._last_milestone] if self._last_milestone is not None else []
+
+    def _also_matched(self, winner: Rule) -> list[dict[str, Any]]:
+        seen: dict[str, Hit] = {}
+        for hit in self.hits:
+            if hit.rule.id != winner.id and hit.rule.id not in seen:
+                seen[hit.rule.id] = hit
+        return [
+            {
+                "rule_id": hit.rule.id,
+                "cause": hit.rule.cause,
+                "line_no": hit.line.line_no,
+                "source": hit.line.source,
+            }
+            for hit in list(seen.values())[:MAX_ALSO_MATCHED]
+        ]
+
+    def _vocabulary_match(self, stage: str, gpu_memory: list[dict[str, int]] | None) -> Diagnosis | None:
+        """No signature matched: the family whose own words the error lines use, if any (never OOM)."""
+        if self.tracker.ready and not self.terminal_lines:
+            return None  # a server that came up and never went down: nothing to diagnose
+        error_lines = list(self._error_lines)
+        if self.vocabulary.fault(error_lines) is not None:
+            return None
+        found = self.vocabulary.classify(error_lines)
+        if found is None:
+            return None
+        family, lines = found
+        note = (
+            f"No specific signature matched; {len(lines)} error line(s) use the {family.cause} family's "
+            "vocabulary: read them first, the cause is in their words."
+        )
+        return Diagnosis(
+            cause=family.cause,
+            phase=None,
+            rule_id=f"vocabulary-{family.cause}",
+            confidence="medium",
+            fix=family.fix,
+            source_url=None,
+            stage=stage,
+            evidence=_ordered_unique(
+                [*lines[-MAX_EVIDENCE_LINES_PER_RULE:], *self._context_lines(), *self.terminal_lines]
+            ),
+            notes=[note, *self._lifetime_notes()],
+            gpu_memory_at_death=gpu_memory,
+            rule_evidence=family.evidence,
+            last_lines=list(self._meaningful),
+        )
+
+    def _unknown(self, stage: str, gpu_memory: list[dict[str, int]] | None) -> Diagnosis:
+        notes = [*UNKNOWN_NOTES, *self._lifetime_notes()]
+        fault = self.vocabulary.fault(list(self._error_lines))
+        if fault is not None:
+            notes.insert(0, self.vocabulary.abstain_note.format(fault=fault))
+        if gpu_memory is None:
+            notes.append("GPU memory at death was not recorded (no nvidia-smi here, or an offline log).")
+        return Diagnosis(
+            cause="unknown",
+            phase=None,
+            rule_id=None,
+            confidence="low",
+            fix=None,
+            source_url=None,
+            stage=stage,
+            evidence=_ordered_unique([*self._context_lines(), *self.terminal_lines]),
+            notes=notes,
+            gpu_memory_at_death=gpu_memory,
+            last_lines=list(self._meaningful),
+        )
+
+
+def _ordered_unique(lines: Iterable[LogLine]) -> list[LogLine]:
+    unique = {(line.source, line.line_no): line for line in lines}
+    return [unique[key] for key in sorted(unique)]
+
+
+def diagnose_lines(lines: Iterable[LogLine], gpu_memory: list[dict[str, int]] | None = None) -> Diagnosis:
+    """Offline: classify a whole log."""
+    diagnoser = Diagnoser()
+    diagnoser.feed_all(lines)
+    return diagnoser.result(gpu_memory)
+
+
+def numbered(texts: Iterable[str], source: str = "log") -> list[LogLine]:
+    """Number raw lines from 1, stripping line endings."""
+    return [LogLine(index, text.rstrip("\r\n"), source) for index, text in enumerate(texts, start=1)]
+
+
+def stream_lines(handle: IO[str], source: str, max_chars: int = READ_LINE_MAX) -> Iterator[LogLine]:
+    """Number a file's lines as they are read, in constant memory: a longer line keeps its head
+    and the rest of it is skipped, never held."""
+    line_no = 0
+    while True:
+        chunk = handle.readline(max_chars)
+        if not chunk:
+            return
+        line_no += 1
+        text = chunk
+        while not chunk.endswith("\n"):
+            chunk = handle.readline(max_chars)
+            if not chunk:
+                break
+        yield LogLine(line_no, text.rstrip("\r\n"), source)
+
+
+Runner = Callable[[list[str]], str]
+
+
+def _run_nvidia_smi(command: list[str]) -> str:
+    return subprocess.run(
+        command, capture_output=True, text=True, check=True, timeout=NVIDIA_SMI_TIMEOUT_S
+    ).stdout
+
+
+def read_gpu_memory(runner: Runner | None = None) -> list[dict[str, int]] | None:
+    """Per-GPU memory now, from nvidia-smi; None where nvidia-smi is absent or fails."""
+    if runner is None:
+        if shutil.which("nvidia-smi") is None:
+            return None
+        runner = _run_nvidia_smi
+    command = ["nvidia-smi", "--query-gpu=index,memory.used,memory.total", "--format=csv,noheader,nounits"]
+    try:
+        output = runner(command)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    gpus = []
+    for row in output.strip().splitlines():
+        fields = [value.strip() for value in row.split(",")]
+        if len(fields) != 3 or not all(value.isdigit() for value in fields):
+            return None
+        index, used, total = (int(value) for value in fields)
+        gpus.append({"index": index, "used_mib": used, "total_mib": total})
+    return gpus or None

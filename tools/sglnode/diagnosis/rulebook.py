@@ -1,0 +1,384 @@
+"""Load and validate the failure rules (`diagnosis/rules/*.yaml`, one file per failure family) and
+the phase evidence (`diagnosis/phases.yaml`).
+
+Rules are data so a new failure signature is a YAML edit plus its examples, not a code change.
+Each rule: id, cause, phase, priority, conclusive, confidence, evidence, patterns, fix, source,
+examples, negative_examples, upstream (see rules/README.md). Validation fails loudly at load time:
+a typo in a rule must break the test suite, not silently stop matching on a node.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from sglnode.upstream import catalog
+
+CAUSES: tuple[str, ...] = (
+    "oom",
+    "host_oom",
+    "nccl",
+    "arch_unsupported",
+    "port_in_use",
+    "watchdog_timeout",
+    "import_error",
+    "cuda_graph_capture",
+    "kernel_resources",
+    "kv_transfer",
+    "invalid_arguments",
+    "unknown",
+)
+OOM_PHASES: tuple[str, ...] = ("weights", "kv_cache", "cuda_graph", "runtime")
+# A rule's phase is fixed, inferred from where the log was ("from_context"), or absent.
+RULE_PHASES: tuple[str, ...] = (*OOM_PHASES, "from_context")
+CONFIDENCES: tuple[str, ...] = ("high", "medium", "low")
+OPTIONAL_KEYS = frozenset({"phase", "phase_fixes", "negative_examples", "upstream"})
+REQUIRED_KEYS = frozenset(
+    {
+        "id",
+        "cause",
+        "priority",
+        "conclusive",
+        "confidence",
+        "evidence",
+        "patterns",
+        "fix",
+        "source",
+        "examples",
+    }
+)
+
+
+class RuleError(ValueError):
+    """A rule file is malformed."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One failure signature."""
+
+    id: str
+    cause: str
+    phase: str | None
+    priority: int
+    conclusive: bool
+    confidence: str
+    evidence: str  # what the rule needs to see, in words (shown with the diagnosis)
+    patterns: tuple[re.Pattern[str], ...]
+    fix: str
+    phase_fixes: dict[str, str]
+    source: str
+    examples: tuple[str, ...]
+    negative_examples: tuple[str, ...]
+    literals: tuple[str | None, ...] = ()
+    # Upstream messages (catalogue ids, with values to render them) this rule must recognise.
+    upstream: tuple[tuple[str, dict[str, Any]], ...] = ()
+
+    def matches(self, line: str) -> bool:
+        # A substring test first: most lines of a serving log contain none of the literals, and
+        # `in` is ~50x cheaper than a regex search (offline logs run to millions of lines).
+        for pattern, literal in zip(self.patterns, self.literals, strict=True):
+            if (literal is None or literal in line) and pattern.search(line):
+                return True
+        return False
+
+    def fix_for(self, phase: str | None) -> str:
+        """The phase-specific fix where the rule has one, else the general fix."""
+        return self.phase_fixes.get(phase, self.fix) if phase else self.fix
+
+
+MIN_PREFILTER_LITERAL = 4
+_REGEX_SPECIAL = set(".^$*+?{}[]|()")
+
+
+def required_literal(pattern: str) -> str | None:
+    """The longest plain-text run every match of `pattern` must contain, or None.
+
+    Deliberately conservative: only text outside groups and classes counts, a top-level `|` gives
+    up, a quantifier that allows zero repeats drops the character before it, and any escape other
+    than escaped punctuation ends the run.
+    """
+    runs: list[str] = []
+    current = ""
+    depth = 0
+    index = 0
+    while index < len(pattern):
+        char = pattern[index]
+        index += 1
+        if char == "\\" and index < len(pattern):
+            escaped = pattern[index]
+            index += 1
+            if depth == 0 and not escaped.isalnum():
+                current += escaped
+            else:
+                runs.append(current)
+                current = ""
+        elif char == "[":  # a character class: skip it whole
+            runs.append(current)
+            current = ""
+            close = pattern.find("]", index + 1)
+            index = close + 1 if close >= 0 else len(pattern)
+        elif char == "(":
+            runs.append(current)
+            current = ""
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif depth > 0:
+            continue
+        elif char == "|":
+            return None
+        elif char in "?*{":  # zero repeats allowed: the previous character is not required
+            runs.append(current[:-1])
+            current = ""
+            if char == "{":
+                close = pattern.find("}", index)
+                index = close + 1 if close >= 0 else len(pattern)
+        elif char == "+":  # at least one: the last repeat still touches what follows
+            runs.append(current)
+            current = current[-1:]
+        elif char in _REGEX_SPECIAL:
+            runs.append(current)
+            current = ""
+        else:
+            current += char
+    runs.append(current)
+    longest = max(runs, key=len)
+    return longest if len(longest) >= MIN_PREFILTER_LITERAL else None
+
+
+def _compile(rule_id: str, patterns: Any) -> tuple[re.Pattern[str], ...]:
+    if not isinstance(patterns, list) or not patterns:
+        raise RuleError(f"rule {rule_id}: patterns must be a non-empty list")
+    compiled = []
+    for pattern in patterns:
+        try:
+            compiled.append(re.compile(pattern))
+        except re.error as exc:
+            raise RuleError(f"rule {rule_id}: bad regex {pattern!r}: {exc}") from exc
+    return tuple(compiled)
+
+
+def _upstream(rule_id: str, raw: Any) -> tuple[tuple[str, dict[str, Any]], ...]:
+    """`upstream:` entries: a catalogue id, or {id, values} to render it with particular values."""
+    entries = []
+    known = catalog.load()
+    for item in raw or ():
+        entry_id, values = (item, {}) if isinstance(item, str) else (item.get("id"), item.get("values") or {})
+        if entry_id not in known:
+            raise RuleError(f"rule {rule_id}: upstream {entry_id!r} is not in the upstream catalogue")
+        entries.append((str(entry_id), dict(values)))
+    return tuple(entries)
+
+
+def parse_rule(raw: dict[str, Any]) -> Rule:
+    """Turn one YAML mapping into a Rule, rejecting anything the diagnosis could not use."""
+    missing = REQUIRED_KEYS - raw.keys()
+    rule_id = str(raw.get("id", "?"))
+    if missing:
+        raise RuleError(f"rule {rule_id}: missing keys {sorted(missing)}")
+    unknown = raw.keys() - REQUIRED_KEYS - OPTIONAL_KEYS
+    if unknown:
+        raise RuleError(f"rule {rule_id}: unknown keys {sorted(unknown)}")
+    if raw["cause"] not in CAUSES:
+        raise RuleError(f"rule {rule_id}: cause {raw['cause']!r} not one of {CAUSES}")
+    phase = raw.get("phase")
+    if phase is not None and phase not in RULE_PHASES:
+        raise RuleError(f"rule {rule_id}: phase {phase!r} not one of {RULE_PHASES}")
+    if phase is not None and raw["cause"] != "oom":
+        raise RuleError(f"rule {rule_id}: only oom rules carry a phase")
+    if raw["confidence"] not in CONFIDENCES:
+        raise RuleError(f"rule {rule_id}: confidence {raw['confidence']!r} not one of {CONFIDENCES}")
+    phase_fixes = raw.get("phase_fixes") or {}
+    if not isinstance(phase_fixes, dict) or not set(phase_fixes) <= set(OOM_PHASES):
+        raise RuleError(f"rule {rule_id}: phase_fixes keys must be among {OOM_PHASES}")
+    if not str(raw["source"]).startswith("https://"):
+        raise RuleError(f"rule {rule_id}: source must be an https URL")
+    return Rule(
+        upstream=_upstream(rule_id, raw.get("upstream")),
+        id=rule_id,
+        cause=raw["cause"],
+        phase=phase,
+        priority=int(raw["priority"]),
+        conclusive=bool(raw["conclusive"]),
+        confidence=raw["confidence"],
+        evidence=" ".join(str(raw["evidence"]).split()),
+        patterns=_compile(rule_id, raw["patterns"]),
+        fix=" ".join(str(raw["fix"]).split()),
+        phase_fixes={phase: " ".join(str(text).split()) for phase, text in phase_fixes.items()},
+        source=str(raw["source"]),
+        examples=tuple(raw["examples"]),
+        negative_examples=tuple(raw.get("negative_examples") or ()),
+        literals=tuple(required_literal(pattern) for pattern in raw["patterns"]),
+    )
+
+
+def parse_rules(documents: list[dict[str, Any]]) -> tuple[Rule, ...]:
+    rules = [parse_rule(raw) for document in documents for raw in document.get("rules", [])]
+    ids = [rule.id for rule in rules]
+    duplicates = sorted({rule_id for rule_id in ids if ids.count(rule_id) > 1})
+    if duplicates:
+        raise RuleError(f"duplicate rule ids: {duplicates}")
+    # Highest priority first, so the first match while scanning is the strongest.
+    return tuple(sorted(rules, key=lambda rule: -rule.priority))
+
+
+@cache
+def load_rules() -> tuple[Rule, ...]:
+    """All rules shipped in the package, highest priority first."""
+    folder = resources.files("sglnode.diagnosis") / "rules"
+    documents = [
+        yaml.safe_load(entry.read_text(encoding="utf-8"))
+        for entry in sorted(folder.iterdir(), key=lambda item: item.name)
+        if entry.name.endswith(".yaml")
+    ]
+    return parse_rules(documents)
+
+
+@dataclass(frozen=True)
+class PhaseEvidence:
+    """Where a process died: traceback-frame hints per OOM phase and startup-stage markers."""
+
+    frames: tuple[tuple[str, tuple[re.Pattern[str], ...]], ...]  # (phase, patterns)
+    markers: tuple[tuple[str, tuple[re.Pattern[str], ...]], ...]  # (stage, patterns)
+
+    def frame_phase(self, line: str) -> str | None:
+        for phase, patterns in self.frames:
+            if any(pattern.search(line) for pattern in patterns):
+                return phase
+        return None
+
+    def marker_stage(self, line: str) -> str | None:
+        for stage, patterns in self.markers:
+            if any(pattern.search(line) for pattern in patterns):
+                return stage
+        return None
+
+
+MARKER_STAGES = ("weights", "kv_cache", "cuda_graph", "serving")
+
+
+def parse_phase_evidence(data: dict[str, Any]) -> PhaseEvidence:
+    frames = []
+    for entry in data.get("frames") or []:
+        if entry.get("phase") not in OOM_PHASES:
+            raise RuleError(f"phases.yaml: frame phase {entry.get('phase')!r} not one of {OOM_PHASES}")
+        frames.append((entry["phase"], _compile(f"frames:{entry['phase']}", entry.get("patterns"))))
+    markers = []
+    for entry in data.get("markers") or []:
+        if entry.get("stage") not in MARKER_STAGES:
+            raise RuleError(f"phases.yaml: marker stage {entry.get('stage')!r} not one of {MARKER_STAGES}")
+        markers.append((entry["stage"], _compile(f"markers:{entry['stage']}", entry.get("patterns"))))
+    return PhaseEvidence(tuple(frames), tuple(markers))
+
+
+@cache
+def load_phase_evidence() -> PhaseEvidence:
+    text = (resources.files("sglnode.diagnosis") / "phases.yaml").read_text(encoding="utf-8")
+    return parse_phase_evidence(yaml.safe_load(text))
+
+
+@dataclass(frozen=True)
+class LogLineLike:
+    """A bare line for classify() callers without line numbers (tests, one-off checks)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class VocabularyFamily:
+    """One failure family's own words (vocabulary.yaml): the fallback when no rule matched."""
+
+    cause: str
+    evidence: str
+    fix: str
+    words: re.Pattern[str]
+    examples: tuple[str, ...]
+    negative_examples: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    error_line: re.Pattern[str]
+    families: tuple[VocabularyFamily, ...]  # precedence order: the first wins a tie
+    abstain: re.Pattern[str]  # CUDA faults: the log names no cause, no family is claimed
+    abstain_note: str
+    benign: re.Pattern[str]  # error-looking routine lines
+
+    def fault(self, error_lines: list[Any]) -> str | None:
+        for line in error_lines:
+            found = self.abstain.search(line.text)
+            if found:
+                return found.group(0)
+        return None
+
+    def is_error_line(self, line: str) -> bool:
+        return self.error_line.search(line) is not None and self.benign.search(line) is None
+
+    def classify(self, error_lines: list[Any]) -> tuple[VocabularyFamily, list[Any]] | None:
+        """The family whose words most error lines use (ties: precedence), with those lines."""
+        best: tuple[VocabularyFamily, list[Any]] | None = None
+        for family in self.families:
+            lines = [line for line in error_lines if family.words.search(line.text)]
+            if lines and (best is None or len(lines) > len(best[1])):
+                best = (family, lines)
+        return best
+
+
+VOCABULARY_KEYS = frozenset({"cause", "evidence", "fix", "words", "examples", "negative_examples"})
+# A traceback's frame line ("File ..., line N, in f", after any log prefix); the source line under it.
+FRAME_RE = re.compile(r'File "[^"]+", line \d+')
+
+
+def parse_vocabulary(data: dict[str, Any]) -> Vocabulary:
+    try:
+        error_line = re.compile(str(data["error_line"]).strip(), re.IGNORECASE)
+    except (KeyError, re.error) as exc:
+        raise RuleError(f"vocabulary.yaml: error_line: {exc}") from exc
+    families = []
+    for raw in data.get("families") or []:
+        cause = raw.get("cause")
+        if cause not in CAUSES or cause in ("oom", "unknown"):
+            # GPU OOM is only ever diagnosed from an explicit signature, never from words.
+            raise RuleError(f"vocabulary.yaml: family cause {cause!r} not allowed")
+        unknown = raw.keys() - VOCABULARY_KEYS
+        missing = VOCABULARY_KEYS - {"negative_examples"} - raw.keys()
+        if unknown or missing:
+            raise RuleError(
+                f"vocabulary.yaml {cause}: unknown keys {sorted(unknown)}, missing {sorted(missing)}"
+            )
+        try:
+            words = re.compile("|".join(f"(?:{w})" for w in raw["words"]), re.IGNORECASE)
+        except re.error as exc:
+            raise RuleError(f"vocabulary.yaml {cause}: {exc}") from exc
+        families.append(
+            VocabularyFamily(
+                cause=cause,
+                evidence=" ".join(str(raw["evidence"]).split()),
+                fix=" ".join(str(raw["fix"]).split()),
+                words=words,
+                examples=tuple(raw["examples"]),
+                negative_examples=tuple(raw.get("negative_examples") or ()),
+            )
+        )
+    try:
+        abstain = re.compile("|".join(f"(?:{w})" for w in data.get("abstain") or ["(?!)"]), re.IGNORECASE)
+    except re.error as exc:
+        raise RuleError(f"vocabulary.yaml abstain: {exc}") from exc
+    note = " ".join(str(data.get("abstain_note") or "A CUDA fault ({fault}) ended the run.").split())
+    try:
+        benign = re.compile("|".join(f"(?:{w})" for w in data.get("benign") or ["(?!)"]))
+    except re.error as exc:
+        raise RuleError(f"vocabulary.yaml benign: {exc}") from exc
+    return Vocabulary(error_line, tuple(families), abstain, note, benign)
+
+
+@cache
+def load_vocabulary() -> Vocabulary:
+    text = (resources.files("sglnode.diagnosis") / "vocabulary.yaml").read_text(encoding="utf-8")
+    return parse_vocabulary(yaml.safe_load(text))

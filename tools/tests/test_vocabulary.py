@@ -1,0 +1,83 @@
+"""The family-vocabulary fallback (diagnosis/vocabulary.yaml): used only when no rule matched."""
+
+import pytest
+
+from sglnode.diagnosis.diagnose import diagnose_lines, numbered
+from sglnode.diagnosis.rulebook import LogLineLike, RuleError, load_vocabulary, parse_vocabulary
+
+VOCABULARY = load_vocabulary()
+CASES = [(f.cause, line, True) for f in VOCABULARY.families for line in f.examples] + [
+    (f.cause, line, False) for f in VOCABULARY.families for line in f.negative_examples
+]
+
+
+@pytest.mark.parametrize(("cause", "line", "claimed"), CASES)
+def test_family_claims_its_examples_and_not_its_negatives(cause, line, claimed):
+    assert VOCABULARY.is_error_line(line)
+    found = VOCABULARY.classify([LogLineLike(line)])
+    assert (found is not None and found[0].cause == cause) is claimed
+
+
+def test_a_crash_in_a_familys_own_words_is_named_with_medium_confidence():
+    lines = numbered(
+        [
+            "[2026-11-29 10:00:00 TP0] Load weight begin. avail mem=93.61 GB",
+            "E1203 12:00:01.000 transfer_engine.cpp:88] Failed to open the RDMA device mlx5_0 for NIXL",
+            "[2026-11-29 10:00:02] Received sigquit from a child process. It usually means the child failed.",
+        ]
+    )
+    diagnosis = diagnose_lines(lines)
+    assert (diagnosis.cause, diagnosis.rule_id, diagnosis.confidence) == (
+        "kv_transfer",
+        "vocabulary-kv_transfer",
+        "medium",
+    )
+    assert [line.line_no for line in diagnosis.evidence if "RDMA" in line.text] == [2]
+    assert "vocabulary" in diagnosis.notes[0]
+
+
+def test_no_vocabulary_ever_names_a_gpu_oom():
+    data = {
+        "error_line": "error",
+        "families": [{"cause": "oom", "evidence": "x", "fix": "x", "words": ["memory"], "examples": []}],
+    }
+    with pytest.raises(RuleError, match="not allowed"):
+        parse_vocabulary(data)
+    memory_words = numbered(["RuntimeError: failed to register memory region with the allocator: error 12"])
+    assert diagnose_lines(memory_words).cause != "oom"
+
+
+def test_traceback_source_lines_are_not_error_lines():
+    # "timeout=timeout" is code quoted under a frame, not a timeout.
+    lines = numbered(
+        [
+            "Traceback (most recent call last):",
+            '  File "/x/worker.py", line 10, in get',
+            "    values = worker.get_objects(object_refs, timeout=timeout)",
+            "KeyboardInterrupt",
+        ]
+    )
+    assert diagnose_lines(lines).cause == "unknown"
+
+
+def test_a_cuda_fault_claims_no_family_and_says_how_to_find_the_kernel():
+    lines = numbered(
+        [
+            "[rank1]:[E1209 02:28:15] ProcessGroupNCCL.cpp:2057] Process group watchdog thread "
+            "terminated with exception: CUDA error: an illegal memory access was encountered",
+        ]
+    )
+    diagnosis = diagnose_lines(lines)
+    assert diagnosis.cause == "unknown"
+    assert "CUDA_LAUNCH_BLOCKING=1" in diagnosis.notes[0] and "illegal memory access" in diagnosis.notes[0]
+
+
+def test_a_server_that_came_up_and_stayed_up_is_not_diagnosed_from_routine_lines():
+    lines = numbered(
+        [
+            "[2026-11-29 09:00:05 TP7] Ignore import error when loading sglang.srt.models.x: No module 'x'",
+            "[2026-11-29 09:00:09 TP0] WARNING: request timed out on the client side",
+            "[2026-11-29 09:00:22] The server is fired up and ready to roll!",
+        ]
+    )
+    assert diagnose_lines(lines).cause == "unknown"
