@@ -28,6 +28,7 @@ base_image="${SGLANG_BASE_IMAGE:-sglnode/debian:bookworm}"
 tag_file="$repo_root/.cache/sglang-image.tag"
 readonly HOST_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
 readonly DEBIAN_DOCKER_CLI=/usr/bin/docker
+readonly BUILT_BY_LABEL=io.sglnode.built-by=tools/setup/sglang-image.sh
 
 log() { printf '[sglang-image] %s\n' "$*" >&2; }
 
@@ -91,6 +92,14 @@ for arg in "${build_args[@]}" "${label_args[@]}" "IMAGE_REVISION=${revision}"; d
 
 log "building $ref with: ${builder[*]} (base $base_image)"
 start=$(date +%s)
-"${builder[@]}" --progress=plain "${secret[@]}" "${cli_args[@]}" --tag "$ref" "$context"
+"${builder[@]}" --progress=plain "${secret[@]}" "${cli_args[@]}" --label "$BUILT_BY_LABEL" --tag "$ref" "$context"
 log "built $ref in $(($(date +%s) - start))s ($(docker image inspect --format '{{.Size}}' "$ref" | awk '{printf "%.1f GB", $1 / 1e9}'))"
 echo "$ref" >"$tag_file"
+
+# Images this script built from other inputs are superseded: drop them (by their label) so a machine's
+# disk does not fill with 11 GB copies. The build cache keeps their layers for a quick way back.
+docker image ls --filter "label=${BUILT_BY_LABEL}" --format '{{.Repository}}:{{.Tag}}' "$name" \
+  | { grep -vxF "$ref" || true; } | while read -r old; do
+  log "removing superseded $old"
+  docker image rm "$old" >/dev/null
+done
