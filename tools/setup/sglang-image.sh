@@ -38,9 +38,9 @@ build_args+=("${extra_args[@]}")
 
 tag_options=(--name "$name")
 for arg in "${build_args[@]}"; do tag_options+=(--build-arg "$arg"); done
-python3 "$context/image_tag.py" "$context" "${tag_options[@]}" --json >"${TMPDIR:-/tmp}/sglang-image-inputs.$$.json"
-inputs_json="${TMPDIR:-/tmp}/sglang-image-inputs.$$.json"
+inputs_json="$(mktemp)"
 trap 'rm -f "$inputs_json"' EXIT
+python3 "$context/image_tag.py" "$context" "${tag_options[@]}" --json >"$inputs_json"
 ref="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["ref"])' "$inputs_json")"
 
 if [[ "${1:-}" == --print-tag ]]; then
