@@ -8,13 +8,14 @@ export PY_COLORS := 0
 export ANSIBLE_FORCE_COLOR := 0
 STAGE := tools/setup/stage.sh
 
-.PHONY: help setup demo demo-oom demo-down test lint syntax pytest molecule
+.PHONY: help setup demo demo-oom demo-down test lint syntax image sglang-image pytest molecule
 
 help:
 	@echo "make demo   - set up, then run the rollout on the simulated node (test double of SGLang)"
 	@echo "make test   - set up, then run every check: linters, syntax, pytest, molecule scenarios"
 	@echo "make demo-oom  - the failure path: a topology that does not fit, refused, then diagnosed"
 	@echo "make demo-down - stop what the demo left running"
+	@echo "make image  - build the real sm_120 SGLang image (skipped when its input tag exists)"
 
 setup:
 	@$(STAGE) setup bash tools/setup/bootstrap.sh
@@ -39,6 +40,13 @@ syntax:
 	@$(STAGE) "syntax: site.yml" ansible-playbook -i inventory/sim --syntax-check site.yml
 	@$(STAGE) "syntax: site.yml (node inventory)" ansible-playbook -i inventory/node --syntax-check site.yml
 
+# The real sm_120 SGLang image, tagged by its inputs (a second run with the same inputs builds nothing).
+# make test runs the build stage before pytest, whose image tests read .cache/sglang-image.tag.
+image: setup sglang-image
+
+sglang-image:
+	@$(STAGE) "image: sglang-sm120" bash tools/setup/sglang-image.sh
+
 pytest:
 	@SGLNODE_FORBID_SKIPS=1 $(STAGE) pytest pytest -p no:cacheprovider
 
@@ -47,7 +55,7 @@ molecule:
 
 test: setup
 	@start=$$(date +%s); rc=0; \
-	$(MAKE) --no-print-directory -k lint syntax pytest molecule || rc=$$?; \
+	$(MAKE) --no-print-directory -k lint syntax sglang-image pytest molecule || rc=$$?; \
 	if [ $$rc -eq 0 ]; then verdict=ok; else verdict="FAILED (rc $$rc)"; fi; \
 	echo "[timing] make test total: $$(( $$(date +%s) - start ))s $$verdict"; \
 	exit $$rc

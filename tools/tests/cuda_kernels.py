@@ -1,4 +1,4 @@
-"""Test helper: find nvcc and cuobjdump, and compile the fixture kernel into a .so for given arches."""
+"""Test helper: find nvcc and cuobjdump; compile the fixture kernel into a .so or a .cubin per arch."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import sysconfig
 from pathlib import Path
 
-KERNEL_SOURCE = Path(__file__).parent / "fixtures" / "sm120_check" / "add_one.cu"
+KERNEL_SOURCE = Path(__file__).parent / "fixtures" / "kernel_audit" / "add_one.cu"
 CUDA_BIN = Path("/usr/local/cuda/bin")
 # nvidia-cuda-cuobjdump (requirements/toolchain.txt) installs the binary inside the package.
 PIP_CUOBJDUMP = Path(sysconfig.get_paths()["purelib"]) / "nvidia" / "cu13" / "bin" / "cuobjdump"
@@ -43,3 +43,10 @@ def compile_kernel(library: Path, *gencodes: str) -> Path:
         command += ["-gencode", gencode]
     subprocess.run(command, check=True, capture_output=True, timeout=COMPILE_TIMEOUT_S)
     return library
+
+
+def compile_cubin(cubin: Path, arch: str) -> Path:
+    """Compiles the fixture kernel into a loose cubin for one real arch (sm_120a, sm_90, ...)."""
+    command = [str(NVCC), "-cubin", f"-arch={arch}", "-o", str(cubin), str(KERNEL_SOURCE)]
+    subprocess.run(command, check=True, capture_output=True, timeout=COMPILE_TIMEOUT_S)
+    return cubin

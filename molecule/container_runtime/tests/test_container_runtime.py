@@ -3,14 +3,28 @@
 import json
 
 CTK_LOG = "/var/log/fixture-nvidia-ctk.log"
+BUILDX_PLUGIN = "/usr/libexec/docker/cli-plugins/docker-buildx"
+DOCKER_PACKAGES = (
+    "docker-ce",
+    "docker-ce-cli",
+    "containerd.io",
+    "docker-compose-plugin",
+    "docker-buildx-plugin",
+)
 
 
 def test_docker_repo_signed_and_packages_installed(host):
     assert host.file("/etc/apt/sources.list.d/docker.sources").contains(
         "^Signed-By: /etc/apt/keyrings/docker.asc$"
     )
-    for name in ("docker-ce", "docker-ce-cli", "containerd.io", "docker-compose-plugin"):
+    for name in DOCKER_PACKAGES:
         assert host.package(name).is_installed
+
+
+def test_buildx_plugin_is_where_the_docker_cli_looks_for_it(host):
+    plugin = host.file(BUILDX_PLUGIN)
+    assert plugin.is_file and plugin.mode & 0o111
+    assert "Version" in host.check_output(f"{BUILDX_PLUGIN} docker-cli-plugin-metadata")
 
 
 def test_docker_enabled_and_running(host):

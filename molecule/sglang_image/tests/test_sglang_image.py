@@ -1,16 +1,19 @@
-"""What the sglang_image role must leave: a tagged, labelled image on the engine and the staged context.
+"""What the sglang_image role must leave: images tagged by their inputs, built by both BuildKit paths.
 
-The instance drives the host's Docker engine, so the image is inspected with the host's docker CLI.
-The image is built from the scenario's fixture Dockerfile (test fixture, no SGLang inside).
+The instance drives the host's Docker engine, so images are inspected with the host's docker CLI. The
+two images come from the scenario's fixture Dockerfile (test fixture, no SGLang inside): one built with
+the classic CLI's BuildKit, one with the (stand-in) buildx plugin the node has.
 """
 
 import json
+import re
 import subprocess
 
-IMAGE = "sglnode-molecule/sglang-sm120:0.5.23-cu130-torch2.14.1"
 BUILD_DIR = "/var/lib/sglnode/build/sglang-image"
-WHEEL = "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl"
+WHEEL = "flash_attn-2.8.3-cp311-cp311-linux_x86_64.whl"
+BUILDX_LOG = "/var/log/fixture-docker-buildx.log"
 DOCKER_TIMEOUT_S = 60
+TAG = re.compile(r"^0\.5\.23-cu130-torch2\.14\.1-[0-9a-f]{12}$")
 
 
 def _docker(*args):
@@ -19,55 +22,72 @@ def _docker(*args):
     ).stdout
 
 
-def _labels():
-    return json.loads(_docker("image", "inspect", "--format", "{{json .Config.Labels}}", IMAGE))
+def _image(builder):
+    repository = f"sglnode-molecule/sglang-sm120-{builder}"
+    refs = _docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}", repository)
+    assert len(refs.split()) == 1, refs
+    return refs.strip()
 
 
-def test_image_is_tagged_with_the_version_tuple():
-    tags = _docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "sglnode-molecule/sglang-sm120")
-    assert tags.split() == [IMAGE]
+def _labels(ref):
+    return json.loads(_docker("image", "inspect", "--format", "{{json .Config.Labels}}", ref))
 
 
-def test_role_labels_carry_the_version_tuple():
-    labels = _labels()
-    assert labels["io.sglnode.image.tuple"] == "0.5.23-cu130-torch2.14.1"
-    assert labels["io.sglnode.sglang.version"] == "0.5.23"
-    assert labels["io.sglnode.torch.version"] == "2.14.1"
-    assert labels["io.sglnode.cuda.version"] == "13.0.2"
+def _recorded(ref, name):
+    return _docker("run", "--rm", ref, "cat", f"/opt/sglnode/{name}")
 
 
-def test_dockerfile_labels_got_the_build_args():
-    labels = _labels()
-    assert labels["org.opencontainers.image.version"] == "0.5.23"
-    assert labels["org.opencontainers.image.revision"] == "molecule"
-    # Inherited from the stand-in base: the image was built FROM the CUDA base the role was given.
-    assert labels["io.sglnode.test-fixture"] == "true"
+def test_each_builder_left_one_image_tagged_by_its_inputs():
+    for builder in ("classic", "buildx"):
+        tag = _image(builder).split(":", 1)[1]
+        assert TAG.match(tag)
+        assert _labels(_image(builder))["io.sglnode.inputs-digest"].startswith(tag.rsplit("-", 1)[1])
 
 
-def test_build_args_reached_the_build():
-    recorded = dict(
-        line.split("=", 1)
-        for line in _docker("run", "--rm", IMAGE, "cat", "/opt/sglnode/build-args.txt").split()
-    )
-    assert recorded["SGLANG_VERSION"] == "0.5.23"
-    assert recorded["TORCH_VERSION"] == "2.14.1"
-    assert recorded["FLASHINFER_VERSION"] == "0.7.2"
-    assert recorded["SGLANG_KERNEL_VERSION"] == "0.4.10"
-    assert recorded["ENABLE_NIXL"] == "1"
-    assert recorded["ENABLE_MOONCAKE"] == "0"
-    assert recorded["ENABLE_DEEPEP"] == "0"
-    assert recorded["FLASH_ATTN_VERSION"] == "2.8.3"
-    assert int(recorded["MAX_JOBS"]) >= 1
+def test_a_different_switch_gave_a_different_tag():
+    # The buildx build had ENABLE_MOONCAKE=1; converge also checked that the role and make image give
+    # the same tag for the same inputs.
+    assert _image("classic").split(":")[1] != _image("buildx").split(":")[1]
 
 
-def test_flash_attn_wheel_from_the_wheelhouse_reached_the_image():
-    listing = _docker("run", "--rm", IMAGE, "ls", "/opt/sglnode/wheelhouse")
-    assert WHEEL in listing.split()
+def test_buildx_path_went_through_the_plugin_and_classic_did_not(host):
+    calls = host.file(BUILDX_LOG).content_string.splitlines()
+    builds = [call for call in calls if call.startswith("build ")]
+    assert len(builds) == 1, calls  # converge built once; idempotence found the tag
+    assert "sglnode-molecule/sglang-sm120-buildx:" in builds[0]
+    assert "sglang-sm120-classic" not in "\n".join(calls)
 
 
-def test_build_context_is_staged_on_the_node(host):
+def test_labels_and_build_args_reached_the_build():
+    for builder in ("classic", "buildx"):
+        ref = _image(builder)
+        labels = _labels(ref)
+        assert labels["org.opencontainers.image.version"] == "0.5.23"
+        assert labels["org.opencontainers.image.revision"] == "molecule"
+        assert labels["org.opencontainers.image.base.name"] == "sglnode/debian:bookworm"
+        assert labels["io.sglnode.built-by"] == "ansible role sglang_image"
+        recorded = dict(line.split("=", 1) for line in _recorded(ref, "build-args.txt").split())
+        assert recorded["SGLANG_VERSION"] == "0.5.23"
+        assert recorded["TORCH_VERSION"] == "2.14.1"
+        assert recorded["CUDA_VERSION"] == "13.0.3"
+        assert recorded["ENABLE_NIXL"] == "1"
+        assert recorded["ENABLE_MOONCAKE"] == {"classic": "0", "buildx": "1"}[builder]
+        assert recorded["FLASH_ATTN_VERSION"] == "2.8.3"
+        assert int(recorded["MAX_JOBS"]) >= 1
+
+
+def test_the_wheel_reached_both_builds_and_the_ca_secret_only_the_one_given_it():
+    for builder in ("classic", "buildx"):
+        assert _recorded(_image(builder), "wheelhouse.txt").split() == [WHEEL]
+    assert _recorded(_image("buildx"), "extra-ca.txt").strip() == "present"
+    assert _recorded(_image("classic"), "extra-ca.txt").strip() == "absent"
+
+
+def test_build_context_holds_exactly_the_requested_wheel(host):
     assert host.file(f"{BUILD_DIR}/Dockerfile").exists
+    assert host.file(f"{BUILD_DIR}/image_tag.py").exists
+    wheels = host.check_output(f"ls {BUILD_DIR}/wheelhouse").split()
+    assert wheels == [WHEEL]
     wheel = host.file(f"{BUILD_DIR}/wheelhouse/{WHEEL}")
-    assert wheel.exists
     assert wheel.mode == 0o644
     assert wheel.user == "root"

@@ -109,6 +109,38 @@ make_pkg docker-ce "5:28.5.1-1~debian.12~bookworm" "" "$P"
 make_pkg docker-ce-cli "5:28.5.1-1~debian.12~bookworm" ""
 make_pkg containerd.io "1.7.28-1~debian.12~bookworm" ""
 make_pkg docker-compose-plugin "2.40.0-1~debian.12~bookworm" ""
+# docker-buildx-plugin: a CLI plugin at Docker CE's path that answers `docker buildx version` and runs
+# `docker buildx build ARGS` as `DOCKER_BUILDKIT=1 docker build ARGS`, the CLI's own BuildKit client
+# (a Docker CLI before 23, e.g. Debian's docker.io 20.10, must be installed next to it). Each call is
+# logged so tests can tell which path built an image. It contains no buildx code.
+P="$WORK_DIR/payload-buildx"; mkdir -p "$P/usr/libexec/docker/cli-plugins"
+cat > "$P/usr/libexec/docker/cli-plugins/docker-buildx" <<'BUILDX'
+#!/bin/sh
+# TEST FIXTURE stand-in for docker-buildx-plugin (molecule/shared/files/build-fixture-apt-repo.sh).
+set -eu
+if [ "${1:-}" = docker-cli-plugin-metadata ]; then
+  echo '{"SchemaVersion":"0.1.0","Vendor":"sglnode test fixture","Version":"v0.29.1","ShortDescription":"TEST FIXTURE stand-in for buildx"}'
+  exit 0
+fi
+# The CLI passes its global options (--host ...) and then the plugin's name ("buildx") first.
+host=""
+while [ $# -gt 0 ] && [ "$1" != buildx ]; do
+  case "$1" in
+    -H | --host) host="$2"; shift 2 ;;
+    --host=*) host="${1#--host=}"; shift ;;
+    *) shift ;;
+  esac
+done
+shift
+echo "$*" >> /var/log/fixture-docker-buildx.log
+case "${1:-}" in
+  version) echo "github.com/docker/buildx v0.29.1 TEST-FIXTURE-stand-in" ;;
+  build) shift; DOCKER_BUILDKIT=1 exec docker ${host:+--host "$host"} build "$@" ;;
+  *) echo "stand-in docker-buildx: unsupported arguments: $*" >&2; exit 1 ;;
+esac
+BUILDX
+chmod 0755 "$P/usr/libexec/docker/cli-plugins/docker-buildx"
+make_pkg docker-buildx-plugin "0.29.1-1~debian.12~bookworm" "" "$P"
 
 # --- Index and sign (throwaway key, so signed-by runs for real) ---
 cd "$REPO_DIR"

@@ -1,0 +1,1 @@
+../../../../images/sglang/image_tag.py
