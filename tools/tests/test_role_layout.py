@@ -1,0 +1,40 @@
+"""Static checks of the Ansible side: configuration names only paths that exist, and the roles leave
+the simulated node to the inventory and the playbooks (issue 17)."""
+
+from __future__ import annotations
+
+import configparser
+import re
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+# ansible.cfg [defaults] keys whose values are paths (colon-separated lists) in this repository.
+PATH_KEYS = ("roles_path", "filter_plugins", "library", "module_utils", "action_plugins", "lookup_plugins")
+MOLECULE_PATH_ENV = re.compile(r"\$\{MOLECULE_PROJECT_DIRECTORY\}/([^:}\s]+)")
+
+
+def test_ansible_cfg_names_only_paths_that_exist() -> None:
+    config = configparser.ConfigParser()
+    config.read(REPO / "ansible.cfg")
+    missing = [
+        f"{key} = {path}"
+        for key in PATH_KEYS
+        if config.has_option("defaults", key)
+        for path in config.get("defaults", key).split(":")
+        if not (REPO / path).exists()
+    ]
+    assert missing == []
+
+
+def test_molecule_config_names_only_paths_that_exist() -> None:
+    shared = yaml.safe_load((REPO / ".config" / "molecule" / "config.yml").read_text())
+    env = shared["provisioner"]["env"]
+    missing = [
+        f"{name}: {value}"
+        for name, value in env.items()
+        for path in MOLECULE_PATH_ENV.findall(str(value))
+        if not (REPO / path).exists()
+    ]
+    assert missing == []
