@@ -16,9 +16,9 @@ def test_fact_file_is_root_owned_and_world_readable(host):
     assert fact.mode == 0o644
 
 
-def test_fact_file_records_the_node_kind_and_os(host):
+def test_fact_file_records_unenforced_hardware_checks_and_the_os(host):
     facts = _facts(host)
-    assert facts["node_kind"] == "container"
+    assert facts["hardware_checked"] is False
     assert facts["os_id"] == "Debian"
     assert facts["os_version"].startswith("12")
 
