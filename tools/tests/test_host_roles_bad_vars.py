@@ -1,9 +1,11 @@
-"""Bad host-role variables fail in preflight, before the role changes anything.
+"""Bad host-role variables fail in the role's checks, before the role changes anything.
 
-Each case runs a whole role (argument specs + preflight + the rest) with ansible-playbook on
-localhost as the simulated node, whose config files land under a temporary node_prefix. A
-failing case must name the problem and leave that prefix empty; the control case shows the
-same run does write files there when the variables are good.
+Each case runs a role's variable checks (its "preflight" argument spec and tasks/preflight.yml) with
+ansible-playbook on localhost, exactly as the playbooks run them on the simulated node, where the
+rest of these hardware roles is skipped. A failing case must name the problem and change nothing;
+the control case shows good variables pass the same checks. That these checks come first in the
+role, before any task that changes the node, is checked on each role's tasks/main.yml; the whole
+role runs in its molecule scenario.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = Path(__file__).parent / "fixtures" / "host_roles" / "run-role.yml"
@@ -32,7 +35,6 @@ def ansible_playbook() -> str:
 def run_role(role: str, prefix: Path, extra: dict[str, object]) -> subprocess.CompletedProcess[str]:
     variables = {
         "role_under_test": role,
-        "node_kind": "sim",
         "node_prefix": str(prefix),
         "gpu_node": BLACKWELL_NODE,
         # Modules run under this interpreter, not whatever `python3` the PATH happens to offer.
@@ -106,18 +108,22 @@ def test_bad_variable_fails_before_any_change(tmp_path: Path, role: str, extra: 
     assert list(prefix.iterdir()) == []
 
 
-@pytest.mark.parametrize(
-    ("role", "rendered"),
-    [
-        ("nvidia_driver", "etc/modprobe.d/nvidia-sglnode.conf"),
-        ("cuda_toolkit", "etc/profile.d/cuda-sglnode.sh"),
-        ("container_runtime", "etc/docker/daemon.json"),
-    ],
-)
-def test_good_variables_render_under_prefix(tmp_path: Path, role: str, rendered: str) -> None:
-    # Control: the same run with good variables does write, so an empty prefix above means "failed early".
+HOST_ROLES = ["nvidia_driver", "cuda_toolkit", "container_runtime", "flash_attn"]
+
+
+@pytest.mark.parametrize("role", HOST_ROLES)
+def test_good_variables_pass_the_same_checks(tmp_path: Path, role: str) -> None:
+    # Control: the same run with good variables passes, so a failure above is the bad variable's.
     prefix = tmp_path / "node"
     prefix.mkdir()
     result = run_role(role, prefix, {})
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    assert (prefix / rendered).is_file()
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert changed_count(output) == 0
+
+
+@pytest.mark.parametrize("role", HOST_ROLES)
+def test_role_checks_its_variables_before_anything_else(role: str) -> None:
+    main = yaml.safe_load((REPO_ROOT / "roles" / role / "tasks" / "main.yml").read_text())
+    assert main[0]["ansible.builtin.include_tasks"] == "preflight.yml"
+    assert "when" not in main[0]

@@ -38,3 +38,26 @@ def test_molecule_config_names_only_paths_that_exist() -> None:
         if not (REPO / path).exists()
     ]
     assert missing == []
+
+
+def test_roles_do_not_branch_on_the_node_kind() -> None:
+    # The simulated node is gated once, in playbooks/*.yml, and its values come from inventory/sim:
+    # no role task, handler, default, var or template asks which kind of node it is on.
+    mentions = [
+        f"{path.relative_to(REPO)}:{number}"
+        for path in sorted((REPO / "roles").rglob("*"))
+        if path.is_file() and path.suffix in {".yml", ".yaml", ".j2"}
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if "node_kind" in line
+    ]
+    assert mentions == []
+
+
+def test_playbooks_gate_the_simulated_node_on_the_inventory() -> None:
+    # inventory/sim carries the gate and the become setting the plays used to compute.
+    sim = yaml.safe_load((REPO / "inventory" / "sim" / "group_vars" / "gpu_nodes" / "main.yml").read_text())
+    assert sim["node_kind"] == "sim"
+    assert sim["ansible_become"] is False
+    for playbook in sorted((REPO / "playbooks").glob("*.yml")):
+        for play in yaml.safe_load(playbook.read_text()):
+            assert play["become"] is True, playbook.name

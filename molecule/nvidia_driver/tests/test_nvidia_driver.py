@@ -39,3 +39,9 @@ def test_persistenced_enabled_and_running(host):
     service = host.service("nvidia-persistenced")
     assert service.is_enabled
     assert service.is_running
+
+
+def test_initramfs_rebuilt_once_for_the_modprobe_files(host):
+    # converge writes the modprobe files (handler runs); idempotence changes nothing (handler does not).
+    calls = host.file("/var/log/fixture-update-initramfs.log").content_string.splitlines()
+    assert calls == ["-u"]

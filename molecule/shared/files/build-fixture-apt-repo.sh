@@ -54,7 +54,27 @@ DRIVER_VERSION="580.95.05-1"
 make_pkg nvidia-kernel-open-dkms "$DRIVER_VERSION" ""
 P="$WORK_DIR/payload-persistenced"; unit_payload "$P" nvidia-persistenced
 make_pkg nvidia-persistenced "$DRIVER_VERSION" "" "$P"
-make_pkg nvidia-driver-cuda "$DRIVER_VERSION" ""
+# nvidia-smi stand-in: answers the --query-gpu the roles ask for as 8 RTX PRO 6000 Blackwell GPUs would;
+# persistence mode is what the stand-in nvidia-persistenced was started with (Disabled until then).
+P="$WORK_DIR/payload-driver-cuda"; mkdir -p "$P/usr/bin"
+cat > "$P/usr/bin/nvidia-smi" <<'EOF'
+#!/usr/bin/python3
+"""TEST FIXTURE stand-in for nvidia-smi: --query-gpu=FIELDS --format=csv,noheader for 8 fake GPUs."""
+import sys
+try:
+    persistence = open("/run/fixture-nvidia/persistence-mode").read().strip()
+except OSError:
+    persistence = "Disabled"
+values = {"name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "compute_cap": "12.0",
+          "persistence_mode": persistence}
+query = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--query-gpu=")]
+if len(query) != 1 or "--format=csv,noheader" not in sys.argv:
+    sys.exit("stand-in nvidia-smi: only --query-gpu=FIELDS --format=csv,noheader, got %r" % sys.argv[1:])
+for _ in range(8):
+    print(", ".join(values[field] for field in query[0].split(",")))
+EOF
+chmod 0755 "$P/usr/bin/nvidia-smi"
+make_pkg nvidia-driver-cuda "$DRIVER_VERSION" "" "$P"
 make_pkg nvidia-open "$DRIVER_VERSION" \
   "nvidia-kernel-open-dkms (= $DRIVER_VERSION), nvidia-persistenced (= $DRIVER_VERSION), nvidia-driver-cuda (= $DRIVER_VERSION)"
 # A newer branch in the same repo: the role's pin must keep apt on 580 anyway.
