@@ -45,3 +45,22 @@ def test_initramfs_rebuilt_once_for_the_modprobe_files(host):
     # converge writes the modprobe files (handler runs); idempotence changes nothing (handler does not).
     calls = host.file("/var/log/fixture-update-initramfs.log").content_string.splitlines()
     assert calls == ["-u"]
+
+
+def test_persistenced_runs_with_persistence_mode_on(host):
+    # The packaged unit says --no-persistence-mode; the role's drop-in (as NVIDIA's own Ansible role
+    # writes it) must start the daemon with --persistence-mode, and every GPU must report it.
+    exec_start = host.check_output("systemctl show --property=ExecStart nvidia-persistenced")
+    assert "--persistence-mode" in exec_start
+    assert "--no-persistence-mode" not in exec_start
+    started = host.file("/var/log/fixture-nvidia-persistenced.log").content_string.splitlines()
+    assert "--persistence-mode" in started[-1].split()
+    modes = host.check_output("nvidia-smi --query-gpu=persistence_mode --format=csv,noheader").splitlines()
+    assert modes == ["Enabled"] * 8
+
+
+def test_running_kernel_headers_installed_before_dkms_built_the_module(host):
+    # With recommends off nothing pulls the headers in; without them DKMS only warns and builds nothing.
+    kernel = host.check_output("uname -r")
+    assert host.package(f"linux-headers-{kernel}").is_installed
+    assert host.file(f"/var/lib/fixture-dkms/nvidia-{kernel}.built").exists

@@ -51,8 +51,57 @@ EOF
 
 # --- NVIDIA CUDA repo names (Debian 12 flavour; 580 branch, open kernel modules) ---
 DRIVER_VERSION="580.95.05-1"
-make_pkg nvidia-kernel-open-dkms "$DRIVER_VERSION" ""
-P="$WORK_DIR/payload-persistenced"; unit_payload "$P" nvidia-persistenced
+# nvidia-kernel-open-dkms: like dkms, its postinst builds the module only when the running kernel's
+# headers are installed, and otherwise only warns (which is how a node ends up with no module).
+P="$WORK_DIR/payload-dkms"; mkdir -p "$P/DEBIAN"
+cat > "$P/DEBIAN/postinst" <<'EOF'
+#!/bin/sh
+# TEST FIXTURE stand-in for the DKMS build of the nvidia module.
+set -e
+if [ "$1" = configure ]; then
+  kernel="$(uname -r)"
+  mkdir -p /var/lib/fixture-dkms
+  if [ -d "/usr/src/linux-headers-$kernel" ]; then
+    echo "nvidia (TEST FIXTURE) built for $kernel" > "/var/lib/fixture-dkms/nvidia-$kernel.built"
+  else
+    echo "Module build for kernel $kernel was skipped since the kernel headers for this kernel do not seem to be installed." >&2
+  fi
+fi
+EOF
+chmod 0755 "$P/DEBIAN/postinst"
+make_pkg nvidia-kernel-open-dkms "$DRIVER_VERSION" "" "$P"
+# The running kernel's headers, as the OS archive names them (linux-headers-$(uname -r)).
+KERNEL="$(uname -r)"
+P="$WORK_DIR/payload-headers"; mkdir -p "$P/usr/src/linux-headers-$KERNEL"
+echo "$LABEL" > "$P/usr/src/linux-headers-$KERNEL/FIXTURE-README"
+make_pkg "linux-headers-$KERNEL" "1.0-fixture" "" "$P"
+# nvidia-persistenced: its unit starts the daemon as the distributions' does, --no-persistence-mode
+# (Ubuntu's nvidia-compute-utils); the stand-in daemon logs its arguments and records the persistence
+# mode they ask for, which the stand-in nvidia-smi reports.
+P="$WORK_DIR/payload-persistenced"; mkdir -p "$P/lib/systemd/system" "$P/usr/bin"
+cat > "$P/lib/systemd/system/nvidia-persistenced.service" <<EOF
+[Unit]
+Description=$LABEL (nvidia-persistenced)
+
+[Service]
+ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose
+
+[Install]
+WantedBy=multi-user.target
+EOF
+cat > "$P/usr/bin/nvidia-persistenced" <<'EOF'
+#!/bin/sh
+# TEST FIXTURE stand-in for nvidia-persistenced: records its arguments and the persistence mode, then waits.
+echo "$*" >> /var/log/fixture-nvidia-persistenced.log
+mode=Disabled
+for arg in "$@"; do
+  if [ "$arg" = --persistence-mode ]; then mode=Enabled; fi
+done
+mkdir -p /run/fixture-nvidia
+echo "$mode" > /run/fixture-nvidia/persistence-mode
+exec sleep infinity
+EOF
+chmod 0755 "$P/usr/bin/nvidia-persistenced"
 make_pkg nvidia-persistenced "$DRIVER_VERSION" "" "$P"
 # nvidia-smi stand-in: answers the --query-gpu the roles ask for as 8 RTX PRO 6000 Blackwell GPUs would;
 # persistence mode is what the stand-in nvidia-persistenced was started with (Disabled until then).
