@@ -26,3 +26,13 @@ def test_probe_cubin_is_sm_120a(host):
     cubin = "/var/lib/sglnode/cuda-probe/probe.cubin"
     report = json.loads(host.check_output(f"python3 /var/lib/sglnode/cuda-probe/cubin_arch.py {cubin}"))
     assert report == {"machine": 190, "sm": 120, "ptxas_arch": "sm_120a"}
+
+
+def test_cuda_keyring_source_is_adopted_and_apt_updates(host):
+    # side_effect installed cuda-keyring's source for the same repository: the role dropped its own.
+    assert not host.file("/etc/apt/sources.list.d/nvidia-cuda.sources").exists
+    keyring = host.file("/etc/apt/sources.list.d/cuda-debian12-x86_64.list")
+    assert keyring.contains("signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg")
+    update = host.run("apt-get update")
+    assert update.rc == 0, update.stderr
+    assert "Conflicting values set for option Signed-By" not in update.stdout + update.stderr

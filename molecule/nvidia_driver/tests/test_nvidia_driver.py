@@ -3,10 +3,15 @@
 DRIVER_PACKAGES = ["nvidia-open", "nvidia-kernel-open-dkms", "nvidia-driver-cuda", "nvidia-persistenced"]
 
 
-def test_cuda_repo_is_signed_by_its_own_key(host):
-    sources = host.file("/etc/apt/sources.list.d/nvidia-cuda.sources")
-    assert sources.contains("^Signed-By: /etc/apt/keyrings/nvidia-cuda.asc$")
-    assert host.file("/etc/apt/keyrings/nvidia-cuda.asc").contains("BEGIN PGP PUBLIC KEY BLOCK")
+def test_existing_cuda_keyring_source_is_adopted_and_apt_updates(host):
+    # prepare left cuda-keyring's source for the repository: the role adopts it and writes no second one
+    # (cuda_toolkit's scenario covers the role's own source, written where none exists).
+    assert not host.file("/etc/apt/sources.list.d/nvidia-cuda.sources").exists
+    keyring = host.file("/etc/apt/sources.list.d/cuda-debian12-x86_64.list")
+    assert keyring.contains("signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg")
+    update = host.run("apt-get update")
+    assert update.rc == 0, update.stderr
+    assert "Conflicting values set for option Signed-By" not in update.stdout + update.stderr
 
 
 def test_driver_stays_on_branch_580_although_590_is_offered(host):
