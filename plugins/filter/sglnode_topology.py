@@ -1,8 +1,9 @@
 """Ansible filters over the sglnode topology package: the playbook validates and renders with the
 same Python as `sglnode topology check|render`, so a rollout writes byte for byte what the CLI shows.
 
-    {{ topology | sglnode_topology_check(node_gpus=8, gpu='rtx-pro-6000-blackwell') }}
-        -> {"valid": bool, "name": str, "problems": [str], "memory": [{server, fits, ...}]}
+    {{ topology | sglnode_topology_check(node_gpus=8, gpu='rtx-pro-6000-blackwell', kernel_audit='') }}
+        -> {"valid": bool, "name": str, "problems": [str], "memory": [{server, fits, ...}],
+            "kernels": [{server, field, choice, verdict, ...}]}
     {{ topology | sglnode_topology_render(runtime='real', bind_address='10.0.0.1', ...) }}
         -> [{"path", "content", "mode", "kind"}]   (raises on an invalid topology)
 
@@ -11,12 +12,14 @@ Needs the sglnode package on the controller (the repo's .venv installs it editab
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
 try:
     from sglnode.topology import RenderOptions, render, validate
+    from sglnode.topology.kernels import KernelAuditError, check_kernels, load_audit
     from sglnode.topology.memory import check_memory
     from sglnode.topology.model import DEFAULT_NODE_GPUS
 
@@ -60,21 +63,34 @@ def _plain(value: Any) -> Any:
 
 def sglnode_topology_check(
     topology: Any,
+    *,
     node_gpus: int = DEFAULT_NODE_GPUS,
     gpu: str = "rtx-pro-6000-blackwell",
     memory: bool = True,
+    kernels: bool = True,
+    kernel_audit: str = "",
 ) -> dict[str, Any]:
+    """kernel_audit: the image's kernel-audit.json on the controller ("" = the shipped copy)."""
     _require_sglnode()
     model, problems = validate(_mapping(topology), node_gpus=int(node_gpus))
     verdicts = []
+    findings = []
     if not problems and memory:
         verdicts, memory_problems = check_memory(model, gpu)
         problems.extend(memory_problems)
+    if not problems and kernels:
+        try:
+            audit = load_audit(Path(kernel_audit) if kernel_audit else None)
+        except KernelAuditError as exc:
+            raise AnsibleFilterError(str(exc)) from exc
+        findings, kernel_problems = check_kernels(model, audit)
+        problems.extend(kernel_problems)
     return {
         "valid": not problems,
         "name": model.name,
         "problems": [str(p) for p in problems],
         "memory": [v.to_json() for v in verdicts],
+        "kernels": [f.to_json() for f in findings],
     }
 
 

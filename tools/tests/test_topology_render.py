@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from sglnode.topology import RenderOptions, read_topology_file, render, validate
+from sglnode.topology.render import JIT_CACHE_PATH
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGIES = REPO / "inventory" / "topologies"
@@ -103,12 +104,36 @@ def test_compose_pins_gpus_binds_ports_to_the_bind_address_and_mounts_model_read
     ]
     assert prefill["ports"] == ["10.1.2.3:30001:30001"]
     assert services["router"]["ports"] == ["10.1.2.3:30000:30000", "10.1.2.3:29000:29000"]
-    assert prefill["volumes"] == ["/srv/models/DeepSeek-V4-Flash:/models/DeepSeek-V4-Flash:ro"]
+    assert prefill["volumes"][0] == "/srv/models/DeepSeek-V4-Flash:/models/DeepSeek-V4-Flash:ro"
     assert prefill["ipc"] == "host" and prefill["init"] is True
     assert prefill["ulimits"]["memlock"] == {"soft": -1, "hard": -1}
     assert prefill["healthcheck"]["start_period"] == "1800s"
     assert "/health" in prefill["healthcheck"]["test"][-1]
     assert prefill["env_file"] == ["./prefill0.env"]
+
+
+def test_jit_caches_persist_in_one_volume_per_image():
+    document = compose(rendered("pd-1p1d"))
+    for name in ("prefill0", "decode0"):
+        assert "sglang-jit:/var/cache/sglang-jit" in document["services"][name]["volumes"]
+    assert "volumes" not in document["services"]["router"]
+    volume = document["volumes"]["sglang-jit"]["name"]
+    assert volume == "sglang-jit-sglang-sm120-0.5.23-cu130-torch2.14.1"
+    # Another image (new lock, new torch) never loads the old image's compiled modules.
+    other = compose(rendered("pd-1p1d", sglang_image="sglang-sm120:0.5.23-cu130-torch2.14.1-abc123"))
+    assert other["volumes"]["sglang-jit"]["name"] != volume
+
+
+def test_jit_cache_path_is_the_one_the_image_sets():
+    dockerfile = (REPO / "images" / "sglang" / "Dockerfile").read_text(encoding="utf-8")
+    assert f"SGLNODE_JIT_CACHE={JIT_CACHE_PATH}" in dockerfile
+    for variable in (
+        "TRITON_CACHE_DIR",
+        "FLASHINFER_WORKSPACE_BASE",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "TORCH_EXTENSIONS_DIR",
+    ):
+        assert f"{variable}={JIT_CACHE_PATH}/" in dockerfile, variable
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)

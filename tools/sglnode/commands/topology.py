@@ -3,7 +3,12 @@
 Exit codes: 0 valid (check) / rendered (render); 1 the topology has problems (every one listed,
 naming server and field); 2 the file cannot be read.
 JSON (`check --json`): {"valid": bool, "topology": str, "problems": [{"where", "message"}],
-"memory": [{"server", "fits", "failure_phase", "reason", "plan"}]}.
+"memory": [{"server", "fits", "failure_phase", "reason", "plan"}],
+"kernels": [{"server", "field", "choice", "auto", "verdict", "detail", "source"}]}.
+
+The kernel check reads the image's kernel audit (`--kernel-audit`, default: the copy of the last
+`make image` audit shipped in sglnode/topology/kernel-audit.json) and refuses backend choices whose
+kernels do not run on sm_120 (docs/topologies.md).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sglnode.topology.kernels import KernelAuditError, KernelFinding, check_kernels, describe, load_audit
 from sglnode.topology.memory import check_memory
 from sglnode.topology.model import DEFAULT_NODE_GPUS, Problem, TopologyFileError, read_topology_file
 from sglnode.topology.render import DEFAULT_BIND_ADDRESS, RenderOptions, render
@@ -34,6 +40,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("--node-gpus", type=int, default=DEFAULT_NODE_GPUS, help="GPUs per node (default: 8)")
     check.add_argument("--gpu", default=DEFAULT_GPU_PRESET, help="GPU preset for the memory preflight")
     check.add_argument("--no-memory", action="store_true", help="skip the planner's memory preflight")
+    check.add_argument(
+        "--kernel-audit",
+        type=Path,
+        help="the image's /opt/sglnode/kernel-audit.json (default: the last make image's, shipped)",
+    )
+    check.add_argument("--no-kernels", action="store_true", help="skip the sm_120 kernel check")
     check.add_argument("--json", action="store_true", help="print the result as JSON")
     check.set_defaults(func=run_check)
 
@@ -65,15 +77,25 @@ def run_check(args: argparse.Namespace) -> int:
         return EXIT_UNREADABLE
     topology, problems = validate(data, node_gpus=args.node_gpus)
     verdicts = []
+    findings: list[KernelFinding] = []
     if not problems and not args.no_memory:
         verdicts, memory_problems = check_memory(topology, args.gpu)
         problems.extend(memory_problems)
+    if not problems and not args.no_kernels:
+        try:
+            audit = load_audit(args.kernel_audit)
+        except KernelAuditError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_UNREADABLE
+        findings, kernel_problems = check_kernels(topology, audit)
+        problems.extend(kernel_problems)
     if args.json:
         result = {
             "valid": not problems,
             "topology": topology.name,
             "problems": [p.to_json() for p in problems],
             "memory": [v.to_json() for v in verdicts],
+            "kernels": [f.to_json() for f in findings],
         }
         print(json.dumps(result, indent=2))
     elif problems:
@@ -81,7 +103,11 @@ def run_check(args: argparse.Namespace) -> int:
         print(format_problems(problems))
     else:
         memory = "" if args.no_memory else f"; memory preflight fits on {args.gpu} (planner estimate)"
-        print(f"topology {topology.name}: valid ({len(topology.servers)} server(s)){memory}")
+        kernels = "" if args.no_kernels else "; every backend choice has sm_120 kernels in the image"
+        print(f"topology {topology.name}: valid ({len(topology.servers)} server(s)){memory}{kernels}")
+        for finding in findings:
+            if finding.auto or finding.verdict != "runs":
+                print(f"  {describe(finding)}")
     return EXIT_INVALID if problems else EXIT_OK
 
 

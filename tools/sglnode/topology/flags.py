@@ -30,6 +30,9 @@ class FlagCatalog:
     flags: dict[str, FlagInfo]  # every spelling (aliases too) -> the canonical flag's info
     removed: dict[str, dict[str, str]]  # flag -> {replacement, why}
     speculative_algorithms: tuple[str, ...]
+    defaults: dict[
+        str, Any
+    ]  # ServerArgs defaults this repo relies on (checked in the image by the oracle test)
 
     def lookup(self, flag: str) -> FlagInfo | None:
         return self.flags.get(normalize_flag(flag))
@@ -62,6 +65,7 @@ def load_catalog(path: Path = FLAGS_FILE) -> FlagCatalog:
         flags=flags,
         removed=dict(data.get("removed") or {}),
         speculative_algorithms=tuple(data.get("speculative_algorithms") or ()),
+        defaults=dict(data.get("defaults") or {}),
     )
 
 

@@ -7,6 +7,7 @@ The roles write exactly what `render()` returns (through the sglnode_topology fi
 
 from __future__ import annotations
 
+import re
 import textwrap
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,12 @@ SHM_SIZE = "32gb"
 # --ulimit stack=67108864): pinned host buffers for NIXL/UCX and NCCL need unlimited memlock.
 MEMLOCK_UNLIMITED = -1
 STACK_BYTES = 67108864
+# The image's JIT caches (Triton, flashinfer JIT, torch inductor and extensions, CuTe DSL) all live
+# below SGLNODE_JIT_CACHE (images/sglang/Dockerfile); a named volume keeps them across restarts, so
+# only the first start of an image compiles. One volume per image: torch extensions are cached by
+# name only, and a module built against another torch would load and crash.
+JIT_CACHE_PATH = "/var/cache/sglang-jit"
+JIT_CACHE_VOLUME_KEY = "sglang-jit"
 # Inside the container, the HTTP server listens on all container interfaces; what the node exposes
 # is decided by the published port's host address (the inventory's bind address).
 CONTAINER_LISTEN_ADDRESS = "0.0.0.0"
@@ -273,6 +280,11 @@ def _healthcheck(host: str, port: int) -> dict[str, Any]:
     }
 
 
+def jit_cache_volume(image: str) -> str:
+    """Docker volume name of one image's JIT cache (volume names allow [a-zA-Z0-9_.-])."""
+    return "sglang-jit-" + re.sub(r"[^a-zA-Z0-9_.-]+", "-", image).strip("-.")
+
+
 def _health_host(topology: Topology, opts: RenderOptions) -> str:
     return opts.bind_address if topology.network == "host" else "127.0.0.1"
 
@@ -294,7 +306,7 @@ def _server_service(topology: Topology, server: Server, node: str, opts: RenderO
         "shm_size": SHM_SIZE,
         "ulimits": {"memlock": {"soft": MEMLOCK_UNLIMITED, "hard": MEMLOCK_UNLIMITED}, "stack": STACK_BYTES},
         "env_file": [f"./{server.name}.env"],
-        "volumes": [f"{model.host_path}:{model.path}:ro"],
+        "volumes": [f"{model.host_path}:{model.path}:ro", f"{JIT_CACHE_VOLUME_KEY}:{JIT_CACHE_PATH}"],
     }
     if opts.api_key:
         service["volumes"].append(f"./{API_KEY_CONFIG}:{API_KEY_CONTAINER_PATH}:ro")
@@ -343,7 +355,10 @@ def render_compose(topology: Topology, node: str, opts: RenderOptions) -> str:
     services = {s.name: _server_service(topology, s, node, opts) for s in topology.servers if node in s.nodes}
     if topology.router.node == node:
         services["router"] = _router_service(topology, node, opts)
-    document = {"name": project_name(topology), "services": services}
+    document: dict[str, Any] = {"name": project_name(topology), "services": services}
+    if any(server.name in services for server in topology.servers):
+        # A fixed name (not project-scoped): every topology running this image shares its compiled kernels.
+        document["volumes"] = {JIT_CACHE_VOLUME_KEY: {"name": jit_cache_volume(opts.sglang_image)}}
     what = f"SGLang servers and router on node {node}; image tags pin SGLang and the router."
     return _header(topology, what) + yaml.dump(document, Dumper=_Dumper, sort_keys=False, width=120)
 
