@@ -18,7 +18,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 try:
-    from sglnode.topology import RenderOptions, render, validate
+    from sglnode.topology import RenderOptions, check_topology, render
     from sglnode.topology.kernels import KernelAuditError, check_kernels, load_audit
     from sglnode.topology.memory import check_memory
     from sglnode.topology.model import DEFAULT_NODE_GPUS
@@ -72,7 +72,7 @@ def sglnode_topology_check(
 ) -> dict[str, Any]:
     """kernel_audit: the image's kernel-audit.json on the controller ("" = the shipped copy)."""
     _require_sglnode()
-    model, problems = validate(_mapping(topology), node_gpus=int(node_gpus))
+    model, problems = check_topology(_mapping(topology), node_gpus=int(node_gpus))
     verdicts = []
     findings = []
     if not problems and memory:
@@ -98,7 +98,7 @@ def sglnode_topology_render(
     topology: Any, node_gpus: int = DEFAULT_NODE_GPUS, **options: Any
 ) -> list[dict[str, str]]:
     _require_sglnode()
-    model, problems = validate(_mapping(topology), node_gpus=int(node_gpus))
+    model, problems = check_topology(_mapping(topology), node_gpus=int(node_gpus))
     if problems:
         raise AnsibleFilterError("invalid topology:\n" + "\n".join(f"  - {p}" for p in problems))
     options = _plain(options)

@@ -1,17 +1,17 @@
 """The rollout check behind `sglnode validate`: every server ready, one generation through the router,
 then a bounded benchmark against targets, with a report a person reads and a JSON a machine reads.
 
-It composes the other commands instead of re-implementing them: `sglnode wait` per server (following
-the compose service's log, so a crash is diagnosed within a second), `sglnode wait --pd` or a plain
-wait through the router, the planner's roofline for the decode side, and `sglnode bench`.
+It composes the libraries behind the other commands, in this process: the readiness waiter per server
+(following the compose service's log, so a crash is diagnosed within a second), a PD generation or a
+plain wait through the router, the planner's roofline for the decode side, and a bench session (whose
+workers are the only child processes: they isolate the load generator's event loops).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import re
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -19,8 +19,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from sglnode.bench.checks import Targets
+from sglnode.bench.session import BenchConfig, run_session
 from sglnode.exitcodes import EXIT_FAILED, EXIT_OK
 from sglnode.planning.planner import plan_server
+from sglnode.readiness.logwatch import compose_follower
+from sglnode.readiness.waiter import WaitOptions
+from sglnode.readiness.waiter import wait_for_server as wait_until_ready
 from sglnode.topology.memory import topology_model
 from sglnode.topology.model import Server, Topology
 
@@ -57,48 +62,30 @@ class RolloutSettings:
     bench: BenchSettings = field(default_factory=BenchSettings)
 
 
-def _sglnode(*args: str) -> list[str]:
-    return [sys.executable, "-m", "sglnode", *args]
-
-
-def _run_json(argv: list[str], timeout_s: float) -> tuple[int, dict[str, Any] | None, str]:
-    """Run an sglnode command that prints one JSON object; (exit code, object, stderr tail)."""
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
-    try:
-        payload = json.loads(proc.stdout) if proc.stdout.strip() else None
-    except json.JSONDecodeError:
-        payload = None
-    return proc.returncode, payload, proc.stderr[-2000:]
-
-
 def servers_on_node(topology: Topology, node: str) -> list[Server]:
     return [server for server in topology.servers if node in server.nodes]
 
 
-def wait_for_server(server: Server, settings: RolloutSettings) -> dict[str, Any]:
+def wait_for_one_server(server: Server, settings: RolloutSettings) -> dict[str, Any]:
     compose = settings.compose_dir / "compose.yaml"
     url = f"http://{settings.bind_address}:{server.port}"
-    argv = _sglnode(
-        "wait", "--url", url, "--compose-file", str(compose), "--service", server.name,
-        "--timeout", str(settings.timeout_s), "--json",
-    )  # fmt: skip
-    code, payload, stderr = _run_json(argv, settings.timeout_s + 60)
-    return {"server": server.name, "url": url, "exit_code": code, "result": payload, "stderr": stderr}
+    options = WaitOptions(
+        url=url, follower=compose_follower(compose, server.name), timeout_s=settings.timeout_s
+    )
+    result = wait_until_ready(options)
+    return {"server": server.name, "url": url, "exit_code": result.exit_code, "result": result.to_json()}
 
 
 def wait_for_router(topology: Topology, settings: RolloutSettings) -> dict[str, Any]:
     url = f"http://{settings.bind_address}:{topology.router.port}"
     is_pd = any(server.role == "prefill" for server in topology.servers)
-    argv = _sglnode("wait", "--url", url, "--timeout", str(settings.timeout_s), "--json")
-    if is_pd:
-        argv.append("--pd")  # /health can stay 200 while KV transfer fails: one real generation
-    code, payload, stderr = _run_json(argv, settings.timeout_s + 60)
+    # /health can stay 200 while KV transfer fails: with PD, readiness is one real generation.
+    result = wait_until_ready(WaitOptions(url=url, follower=None, timeout_s=settings.timeout_s, pd=is_pd))
     return {
         "server": "router",
         "url": url,
-        "exit_code": code,
-        "result": payload,
-        "stderr": stderr,
+        "exit_code": result.exit_code,
+        "result": result.to_json(),
         "pd": is_pd,
     }
 
@@ -132,28 +119,32 @@ def aggregate_plan(topology: Topology, gpu: str, concurrencies: list[int]) -> di
 def run_bench(topology: Topology, settings: RolloutSettings, plan_path: Path | None) -> dict[str, Any]:
     bench = settings.bench
     out = settings.report_dir
-    argv = _sglnode(
-        "bench", "--url", f"http://{settings.bind_address}:{topology.router.port}",
-        "--api", bench.api, "--model", topology.model.served_name or topology.model.path,
-        "--concurrency", bench.concurrency, "--num-requests", str(bench.num_requests),
-        "--duration", str(bench.duration_s), "--input-len", str(bench.input_len),
-        "--output-len", str(bench.output_len), "--no-progress",
-        "--json", str(out / "bench.json"), "--plot", str(out / "bench.png"),
-    )  # fmt: skip
-    if plan_path:
-        argv += ["--plan", str(plan_path)]
-    if settings.api_key:
-        argv += ["--api-key", settings.api_key]
-    for flag, value in bench.targets.items():
-        argv += [f"--{flag.replace('_', '-')}", str(value)]
+    targets = Targets(
+        **{key: value for key, value in bench.targets.items() if key in Targets.__dataclass_fields__}
+    )
+    config = BenchConfig(
+        url=f"http://{settings.bind_address}:{topology.router.port}",
+        api=bench.api,
+        model=topology.model.served_name or topology.model.path,
+        api_key=settings.api_key,
+        concurrency=bench.concurrency,
+        num_requests=bench.num_requests,
+        duration_s=bench.duration_s,
+        input_len=bench.input_len,
+        output_len=bench.output_len,
+        progress=False,
+        json_path=out / "bench.json",
+        plot_path=out / "bench.png",
+        plan_path=plan_path,
+        targets=targets,
+    )
+    table = io.StringIO()
     started = time.monotonic()
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    report = json.loads((out / "bench.json").read_text()) if (out / "bench.json").exists() else None
+    code, report = run_session(config, stdout=table)
     return {
-        "exit_code": proc.returncode,
+        "exit_code": code,
         "elapsed_s": round(time.monotonic() - started, 1),
-        "table": proc.stdout,
-        "stderr": proc.stderr[-2000:],
+        "table": table.getvalue(),
         "report": report,
         "plot": str(out / "bench.png") if (out / "bench.png").exists() else None,
     }
@@ -171,7 +162,7 @@ def run_rollout_check(
     servers = servers_on_node(topology, node)
     # All at once: the servers start together, and each watcher diagnoses its own crash at once.
     with ThreadPoolExecutor(max_workers=max(len(servers), 1)) as pool:
-        waits = list(pool.map(lambda server: wait_for_server(server, settings), servers))
+        waits = list(pool.map(lambda server: wait_for_one_server(server, settings), servers))
     outcome = {"topology": topology.name, "node": node, "waits": waits, "bench": None, "plan": None}
     failed = [w for w in waits if w["exit_code"] != EXIT_OK]
     if not failed and topology.router.node == node:
@@ -233,7 +224,7 @@ def _timeline(wait: dict[str, Any]) -> str:
 def _diagnosis(wait: dict[str, Any]) -> list[str]:
     diagnosis = (wait.get("result") or {}).get("diagnosis")
     if not diagnosis:
-        return [f"  no diagnosis; stderr: {wait['stderr'].strip()[-500:]}"] if wait["exit_code"] else []
+        return ["  no diagnosis (nothing in the log named a cause)"] if wait["exit_code"] else []
     lines = [
         f"  cause: {diagnosis['cause']}"
         + (f" (phase {diagnosis['phase']})" if diagnosis.get("phase") else "")

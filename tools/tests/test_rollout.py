@@ -6,7 +6,7 @@ import pytest
 
 from sglnode.planning.planner import plan_server
 from sglnode.rollout import aggregate_plan, render_report, startup_timeline
-from sglnode.topology import read_topology_file, validate
+from sglnode.topology import check_topology, read_topology_file
 from sglnode.topology.memory import topology_model
 
 TOPOLOGIES = Path(__file__).resolve().parents[2] / "inventory" / "topologies"
@@ -14,7 +14,7 @@ GPU = "rtx-pro-6000-blackwell"
 
 
 def _topology(name):
-    topology, problems = validate(read_topology_file(TOPOLOGIES / f"{name}.yml"))
+    topology, problems = check_topology(read_topology_file(TOPOLOGIES / f"{name}.yml"))
     assert problems == []
     return topology
 

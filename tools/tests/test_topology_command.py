@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from sglnode.cli import main
-from sglnode.topology import RenderOptions, read_topology_file, render, validate
+from sglnode.topology import RenderOptions, check_topology, read_topology_file, render
 
 REPO = Path(__file__).resolve().parents[2]
 PD = REPO / "inventory" / "topologies" / "pd-1p1d.yml"
@@ -80,7 +80,7 @@ def test_render_writes_exactly_what_render_returns_with_modes(tmp_path):
         == 0
     )
     expected = render(
-        validate(read_topology_file(PD))[0], RenderOptions(runtime="sim", bind_address="10.9.8.7")
+        check_topology(read_topology_file(PD))[0], RenderOptions(runtime="sim", bind_address="10.9.8.7")
     )
     for f in expected:
         target = out / f.path

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sglnode.topology import read_topology_file, validate
+from sglnode.topology import check_topology, read_topology_file
 from sglnode.topology.flags import load_catalog
 from sglnode.topology.kernels import KernelAudit, check_kernels, load_audit, load_kernel_map
 from sglnode.upstream.wheels import WheelSource, pinned_wheel
@@ -38,7 +38,7 @@ def _topology(name: str, **server_fields):
     data = read_topology_file(TOPOLOGIES / f"{name}.yml")
     for server in data["servers"]:
         server.update(copy.deepcopy(server_fields))
-    topology, problems = validate(data)
+    topology, problems = check_topology(data)
     assert problems == []
     return topology
 
@@ -64,7 +64,7 @@ def _audit_with(change) -> KernelAudit:
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
 def test_shipped_topologies_only_choose_kernels_that_run_on_sm120(path):
-    topology, problems = validate(read_topology_file(path))
+    topology, problems = check_topology(read_topology_file(path))
     assert problems == []
     findings, kernel_problems = check_kernels(topology, load_audit())
     assert kernel_problems == []
@@ -140,7 +140,7 @@ def test_pd_without_a_transfer_backend_is_checked_on_sglangs_default():
     data = read_topology_file(TOPOLOGIES / "pd-1p1d.yml")
     for section in (data.get("server_defaults") or {}, *data["servers"]):
         section.pop("transfer_backend", None)
-    topology, problems = validate(data)
+    topology, problems = check_topology(data)
     assert problems == []
     findings, problems = check_kernels(topology, load_audit())
     transfer = {f.choice for f in findings if f.field == "transfer_backend"}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglnode.topology import RenderOptions, read_topology_file, render, validate
+from sglnode.topology import RenderOptions, check_topology, read_topology_file, render
 from sglnode.topology.render import JIT_CACHE_PATH
 
 REPO = Path(__file__).resolve().parents[2]
@@ -17,7 +17,7 @@ SHIPPED = sorted(TOPOLOGIES.glob("*.yml"))
 
 
 def rendered(name, **options):
-    topology, problems = validate(read_topology_file(TOPOLOGIES / f"{name}.yml"))
+    topology, problems = check_topology(read_topology_file(TOPOLOGIES / f"{name}.yml"))
     assert problems == []
     return {f.path: f for f in render(topology, RenderOptions(**options))}
 
@@ -81,7 +81,7 @@ def test_topology_then_server_overrides_win_and_say_so():
     data = read_topology_file(TOPOLOGIES / "pd-1p1d.yml")
     data["nccl"] = {"NCCL_DEBUG": "INFO", "NCCL_PROTO": "Simple"}
     data["servers"][0]["nccl"] = {"NCCL_PROTO": "LL128"}
-    topology, problems = validate(data)
+    topology, problems = check_topology(data)
     assert problems == []
     files = {f.path: f.content for f in render(topology)}
     prefill = files["etc/sglang/pd-1p1d/prefill0.env"]
@@ -138,7 +138,7 @@ def test_jit_cache_path_is_the_one_the_image_sets():
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
 def test_no_port_is_ever_published_on_all_interfaces(path):
-    topology, _ = validate(read_topology_file(path))
+    topology, _ = check_topology(read_topology_file(path))
     for node in topology.node_names:
         for f in render(topology, RenderOptions(node=node)):
             if f.path.endswith("compose.yaml"):
@@ -243,7 +243,7 @@ def test_render_is_deterministic():
 def test_args_render_sorted_switches_bare_and_false_left_out():
     data = read_topology_file(TOPOLOGIES / "tp8.yml")
     data["servers"][0]["args"] = {"log_level": "info", "enable_metrics": True, "disable_radix_cache": False}
-    topology, problems = validate(copy.deepcopy(data))
+    topology, problems = check_topology(copy.deepcopy(data))
     assert problems == []
     command = yaml.safe_load(render(topology)[1].content)["services"]["tp8"]["command"]
     assert command[-3:] == ["--enable-metrics", "--log-level", "info"]
@@ -255,7 +255,7 @@ SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 @pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze not installed")
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
 def test_units_pass_systemd_analyze_verify(path, tmp_path):
-    topology, _ = validate(read_topology_file(path))
+    topology, _ = check_topology(read_topology_file(path))
     docker = shutil.which("docker") or "/usr/bin/docker"
     if not Path(docker).exists():
         pytest.skip("docker binary needed for ExecStart")

@@ -11,10 +11,10 @@ import pytest
 from docker_available import BASE_IMAGE, docker_image_ready
 from fake_sglang_http import FakeSGLang, closed_port_url
 
-from sglnode import waiter
 from sglnode.commands import wait as wait_command
-from sglnode.logwatch import CommandFollower, ExitInfo, FileFollower
-from sglnode.waiter import Outcome, WaitOptions, wait_for_server
+from sglnode.readiness import waiter
+from sglnode.readiness.logwatch import CommandFollower, ExitInfo, FileFollower
+from sglnode.readiness.waiter import Outcome, WaitOptions, wait_for_server
 
 # Issue 5: "the diagnosis is printed <= 1 s after the fatal line is written".
 LATENCY_BUDGET_S = 1.0

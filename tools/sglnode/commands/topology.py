@@ -19,11 +19,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sglnode.topology.check import check_topology, format_problems
 from sglnode.topology.kernels import KernelAuditError, KernelFinding, check_kernels, describe, load_audit
 from sglnode.topology.memory import check_memory
 from sglnode.topology.model import DEFAULT_NODE_GPUS, Problem, TopologyFileError, read_topology_file
 from sglnode.topology.render import DEFAULT_BIND_ADDRESS, RenderOptions, render
-from sglnode.topology.validate import format_problems, validate
 
 EXIT_OK = 0
 EXIT_INVALID = 1
@@ -75,7 +75,7 @@ def run_check(args: argparse.Namespace) -> int:
     data = _load(args.file)
     if data is None:
         return EXIT_UNREADABLE
-    topology, problems = validate(data, node_gpus=args.node_gpus)
+    topology, problems = check_topology(data, node_gpus=args.node_gpus)
     verdicts = []
     findings: list[KernelFinding] = []
     if not problems and not args.no_memory:
@@ -115,7 +115,7 @@ def run_render(args: argparse.Namespace) -> int:
     data = _load(args.file)
     if data is None:
         return EXIT_UNREADABLE
-    topology, problems = validate(data, node_gpus=args.node_gpus)
+    topology, problems = check_topology(data, node_gpus=args.node_gpus)
     if args.node and topology.node(args.node) is None:
         problems.append(Problem("--node", f"{args.node!r} is not a node of the topology"))
     if problems:

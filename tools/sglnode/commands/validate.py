@@ -14,8 +14,8 @@ from pathlib import Path
 
 from sglnode.exitcodes import EXIT_USAGE
 from sglnode.rollout import BenchSettings, RolloutSettings, run_rollout_check
+from sglnode.topology.check import check_topology, format_problems
 from sglnode.topology.model import TopologyFileError, read_topology_file
-from sglnode.topology.validate import format_problems, validate
 
 TARGET_FLAGS = ("min_output_tok_s", "max_ttft_p99_ms", "max_itl_p99_ms", "max_error_rate")
 
@@ -49,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        topology, problems = validate(read_topology_file(args.topology))
+        topology, problems = check_topology(read_topology_file(args.topology))
     except TopologyFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import TextIO
 
 from sglnode.exitcodes import EXIT_USAGE
-from sglnode.logwatch import FileFollower, compose_follower, docker_follower, journal_follower
-from sglnode.progress import ProgressDisplay
-from sglnode.waiter import Follower, Outcome, WaitOptions, WaitResult, wait_for_server
+from sglnode.readiness.logwatch import FileFollower, compose_follower, docker_follower, journal_follower
+from sglnode.readiness.startup import ProgressDisplay
+from sglnode.readiness.waiter import Follower, Outcome, WaitOptions, WaitResult, wait_for_server
 
 DEFAULT_TIMEOUT_S = 1800.0  # large MoE checkpoints take 10-20 min to load; 30 min covers them
 

@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from sglnode import loglines
 from sglnode.diagnosis.rulebook import (
     FRAME_RE,
     PhaseEvidence,
@@ -35,7 +34,8 @@ from sglnode.diagnosis.rulebook import (
     load_rules,
     load_vocabulary,
 )
-from sglnode.progress import STAGE_TO_OOM_PHASE, ProgressTracker, Stage
+from sglnode.readiness import loglines
+from sglnode.readiness.startup import STAGE_TO_OOM_PHASE, ProgressTracker, Stage
 
 SCHEMA_VERSION = 2
 

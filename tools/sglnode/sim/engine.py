@@ -17,8 +17,8 @@ from typing import Any
 
 import aiohttp
 
-from sglnode import loglines
 from sglnode.planning.planner import PlanResult, roofline_point
+from sglnode.readiness import loglines
 from sglnode.sim.config import SimConfig
 from sglnode.sim.log import SimLog
 

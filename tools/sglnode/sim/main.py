@@ -16,9 +16,9 @@ import aiohttp
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
-from sglnode import loglines
 from sglnode.planning.planner import PlanResult
 from sglnode.planning.presets import PresetError
+from sglnode.readiness import loglines
 from sglnode.sim.config import ENV_HELP, SimConfig, SimConfigError, build_config
 from sglnode.sim.engine import SimEngine
 from sglnode.sim.flags import SGLANG_PROG, build_sglang_parser, strip_launcher

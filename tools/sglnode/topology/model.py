@@ -1,6 +1,6 @@
 """Load a topology file and normalize it: every field the validator and renderer read gets a value.
 
-Normalizing never rejects anything on meaning (validate.py does that, naming server and field);
+Normalizing never rejects anything on meaning (check.py does that, naming server and field);
 it only records a problem when a field has the wrong type, so one pass reports everything.
 """
 

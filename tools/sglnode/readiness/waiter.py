@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
-from sglnode.client import Probe, Readiness, SGLangClient
 from sglnode.diagnosis.diagnose import Diagnoser, Diagnosis, LogLine, read_gpu_memory
-from sglnode.logwatch import ExitInfo, LogEvent
-from sglnode.progress import Milestone, ProgressDisplay, ProgressTracker
+from sglnode.readiness.client import Probe, Readiness, SGLangClient
+from sglnode.readiness.logwatch import ExitInfo, LogEvent
+from sglnode.readiness.startup import Milestone, ProgressDisplay, ProgressTracker
 
 SCHEMA_VERSION = 1
 # A conclusive line is reported after this settle time, so the lines written in the same burst

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TextIO
 
-from sglnode import loglines
+from sglnode.readiness import loglines
 
 
 class Stage(IntEnum):

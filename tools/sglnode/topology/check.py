@@ -39,7 +39,9 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MANAGED_FLAGS = {flag: field for field, flag in FIELD_FLAGS.items()}
 
 
-def validate(data: dict[str, Any], node_gpus: int = DEFAULT_NODE_GPUS) -> tuple[Topology, list[Problem]]:
+def check_topology(
+    data: dict[str, Any], node_gpus: int = DEFAULT_NODE_GPUS
+) -> tuple[Topology, list[Problem]]:
     """Normalize and check a topology mapping; an empty problem list means it can be rendered."""
     topology, problems = load_topology(data, node_gpus)
     catalog = load_catalog()
