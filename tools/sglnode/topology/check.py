@@ -11,7 +11,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from sglnode.planning.presets import PresetError, load_model_preset
 from sglnode.topology.flags import FIELD_FLAGS, ROUTER_POLICIES, FlagCatalog, load_catalog, normalize_flag
 from sglnode.topology.model import (
     DEFAULT_NODE_GPUS,
@@ -50,6 +49,7 @@ def check_topology(
     draft_in_checkpoint = _model_drafts_from_its_checkpoint(topology)
     for server in topology.servers:
         problems.extend(_check_server(topology, server, catalog, draft_in_checkpoint))
+    problems.extend(_check_model_fit(topology))
     problems.extend(_check_gpu_sharing(topology))
     problems.extend(_check_ports(topology))
     problems.extend(_check_pd(topology))
@@ -61,10 +61,29 @@ def _model_drafts_from_its_checkpoint(topology: Topology) -> bool:
     """SGLang uses the target checkpoint's own MTP layers as the EAGLE draft for some architectures."""
     if not topology.model.preset:
         return False
+    # Imported here: sglnode.planning reads its files through sglnode.topology's loader.
+    from sglnode.planning.presets import PresetError, load_model_preset  # noqa: PLC0415
+
     try:
         return load_model_preset(topology.model.preset).sglang.draft_in_checkpoint
     except PresetError:
         return False  # an unknown preset is reported by the memory preflight
+
+
+def _check_model_fit(topology: Topology) -> Iterator[Problem]:
+    """What SGLang refuses for this model whatever the memory: a TP size its heads do not split into."""
+    if not topology.model.preset:
+        return
+    from sglnode.planning.planner import tp_problems  # noqa: PLC0415 - see _model_drafts_from_its_checkpoint
+    from sglnode.planning.presets import PresetError, load_model_preset  # noqa: PLC0415
+
+    try:
+        model = load_model_preset(topology.model.preset)
+    except PresetError:
+        return  # reported by the memory preflight, with the known presets
+    for server in topology.servers:
+        for message in tp_problems(model, server.tp):
+            yield Problem(f"server {server.name}.tp", message)
 
 
 def _check_names(topology: Topology) -> Iterator[Problem]:
@@ -301,6 +320,47 @@ def _check_pd(topology: Topology) -> Iterator[Problem]:
     backends = {s.transfer_backend for s in topology.servers if s.role != "regular"}
     if len(backends) > 1:
         yield Problem("topology.servers", f"prefill and decode must use one transfer_backend, got {backends}")
+    for server in topology.servers:
+        if server.role == "decode" and server.bootstrap_port is not None:
+            yield Problem(
+                f"server {server.name}.bootstrap_port",
+                "only a prefill server serves the KV bootstrap port (decode learns it from the router)",
+            )
+    yield from _check_pd_agreement(topology)
+
+
+def _pd_setting(server: Server, name: str) -> Any:
+    if name == "speculative":
+        return server.speculative.algorithm if server.speculative else None
+    if name == "page_size":
+        return server.args.get("page_size", server.args.get("page-size"))
+    return getattr(server, name)
+
+
+# What prefill and decode must agree on: KV pages move as raw bytes, so both sides need one layout
+# (SGLang 0.5.23 srt/disaggregation/utils.py:263 kv_layout_signature: "the same byte sizes under
+# another dtype or page layout ... hold other bytes"; it only skips its checksum, it does not refuse),
+# and an EAGLE-family prefill sends the draft's hidden states along (srt/disaggregation/prefill.py:943).
+PD_AGREEMENT = {
+    "kv_cache_dtype": "the KV pages decode receives are in prefill's dtype",
+    "page_size": "KV moves page by page in one layout",
+    "speculative": "prefill sends the draft model's hidden states with the KV for decode to draft from",
+}
+
+
+def _check_pd_agreement(topology: Topology) -> Iterator[Problem]:
+    sides = [s for s in topology.servers if s.role in ("prefill", "decode")]
+    for name, why in PD_AGREEMENT.items():
+        values = {s.name: _pd_setting(s, name) for s in sides}
+        if len(set(map(str, values.values()))) > 1:
+            shown = ", ".join(f"{server}: {value}" for server, value in values.items())
+            field = "speculative.algorithm" if name == "speculative" else name
+            if name == "page_size":
+                field = "args.page_size"
+            yield Problem(
+                f"topology.servers.{field}",
+                f"prefill and decode servers must agree on {field} ({why}); got {shown}",
+            )
 
 
 def _check_router(topology: Topology) -> Iterator[Problem]:
