@@ -194,6 +194,12 @@ def _check_positive(at: str, server: Server) -> Iterator[Problem]:
         value = getattr(server, field_name)
         if value is not None and value < 1:
             yield Problem(f"{at}.{field_name}", f"must be a positive integer, got {value}")
+    # SGLang reads --chunked-prefill-size -1 as "no chunking" (srt/arg_groups/fields/schedule.py:52).
+    chunked = server.chunked_prefill_size
+    if chunked is not None and chunked != -1 and chunked < 1:
+        yield Problem(
+            f"{at}.chunked_prefill_size", f"must be -1 (no chunking) or a positive integer, got {chunked}"
+        )
 
 
 def _check_speculative(

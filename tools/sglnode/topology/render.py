@@ -7,8 +7,10 @@ The roles write exactly what `render()` returns (through the sglnode_topology fi
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import textwrap
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +61,8 @@ CONTAINER_LISTEN_ADDRESS = "0.0.0.0"
 API_KEY_CONFIG = "api-key.yaml"
 API_KEY_ENV = "api-key.env"
 API_KEY_CONTAINER_PATH = "/run/sglang/api-key.yaml"
+RUNTIMES = ("real", "sim")
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
 MANAGED_HEADER = "Managed by sglnode from topology {name}; do not edit: change the topology and re-run."
 ENV_COMMENT_WIDTH = 98
 
@@ -77,6 +81,23 @@ class RenderOptions:
     sim_image: str = DEFAULT_SIM_IMAGE
     docker_bin: str = DEFAULT_DOCKER_BIN
     gpu_preset: str = "rtx-pro-6000-blackwell"
+
+    def __post_init__(self) -> None:
+        """Refuse options that would break the files they land in (a unit line, a compose port)."""
+        if self.runtime not in RUNTIMES:
+            raise ValueError(f"runtime {self.runtime!r} is not one of {', '.join(RUNTIMES)}")
+        for name in ("prefix", "docker_bin", "bind_address", "sglang_image", "router_image", "sim_image"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or CONTROL_CHARACTERS.search(value):
+                raise ValueError(f"{name} {value!r} must be text without control characters (newline, tab)")
+        if self.prefix and not self.prefix.startswith("/"):
+            raise ValueError(f"prefix {self.prefix!r} must be an absolute path (or empty for /)")
+        if not self.docker_bin.startswith("/"):
+            raise ValueError(f"docker_bin {self.docker_bin!r} must be an absolute path")
+        try:
+            ipaddress.ip_address(self.bind_address)
+        except ValueError as exc:
+            raise ValueError(f"bind_address {self.bind_address!r} is not an IP address") from exc
 
 
 @dataclass(frozen=True)
@@ -432,10 +453,29 @@ def compose_files(opts: RenderOptions) -> list[str]:
     return ["compose.yaml", "compose.sim.yaml"] if opts.runtime == "sim" else ["compose.yaml"]
 
 
+def _unit_specifiers(text: str) -> str:
+    """systemd expands %-specifiers in most settings (systemd.unit(5) "Specifiers"): %% is a literal %."""
+    return text.replace("%", "%%")
+
+
+def _unit_exec_arg(arg: str) -> str:
+    """One ExecStart= argument: $ and % escaped, quoted when it holds spaces (systemd.service(5))."""
+    text = _unit_specifiers(arg).replace("$", "$$")
+    if re.search(r"[\s\"'\\;]", text):
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return text
+
+
+def _unit_uri(path: str) -> str:
+    """Documentation= is a space-separated list of URIs: the path percent-encoded, then % escaped."""
+    return _unit_specifiers("file://" + urllib.parse.quote(path))
+
+
 def render_unit(topology: Topology, opts: RenderOptions) -> str:
     directory = f"{opts.prefix.rstrip('/')}/{config_dir(topology)}"
     compose = " ".join(
-        [opts.docker_bin, "compose", "--project-name", project_name(topology)]
+        _unit_exec_arg(arg)
+        for arg in [opts.docker_bin, "compose", "--project-name", project_name(topology)]
         + [arg for f in compose_files(opts) for arg in ("--file", f)]
     )
     return textwrap.dedent(
@@ -445,7 +485,7 @@ def render_unit(topology: Topology, opts: RenderOptions) -> str:
         # topology takes the GPUs (the sglang_serve role stops the other sglang-*.service first).
         [Unit]
         Description=SGLang topology {topology.name} (compose project {project_name(topology)})
-        Documentation=file://{directory}/compose.yaml
+        Documentation={_unit_uri(f"{directory}/compose.yaml")}
         Requires=docker.service
         After=docker.service network-online.target
         Wants=network-online.target
@@ -453,7 +493,7 @@ def render_unit(topology: Topology, opts: RenderOptions) -> str:
         [Service]
         Type=oneshot
         RemainAfterExit=yes
-        WorkingDirectory={directory}
+        WorkingDirectory={_unit_specifiers(directory)}
         ExecStart={compose} up --detach --remove-orphans --pull never
         ExecStop={compose} down
         TimeoutStartSec={UNIT_START_TIMEOUT_S}
