@@ -11,7 +11,14 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from sglnode.topology.flags import FIELD_FLAGS, ROUTER_POLICIES, FlagCatalog, load_catalog, normalize_flag
+from sglnode.topology.flags import (
+    FIELD_FLAGS,
+    ROUTER_POLICIES,
+    FlagCatalog,
+    load_catalog,
+    load_nccl_defaults,
+    normalize_flag,
+)
 from sglnode.topology.model import (
     DEFAULT_NODE_GPUS,
     NETWORK_MODES,
@@ -21,6 +28,8 @@ from sglnode.topology.model import (
     Topology,
     load_topology,
 )
+from sglnode.topology.render import gpu_progression, sees_every_gpu
+from sglnode.topology.schema import suggest
 
 # SGLang asserts 0 < mem_fraction_static < 1; above 0.98 nothing is left for activations, CUDA
 # graphs and NCCL buffers, so the load fails late (after minutes of weight loading) instead of here.
@@ -102,7 +111,19 @@ def _check_names(topology: Topology) -> Iterator[Problem]:
         seen.add(server.name)
 
 
+def _check_profile(where: str, profile: str | None) -> Iterator[Problem]:
+    if profile is None:
+        return
+    known = sorted(load_nccl_defaults()["profiles"])
+    if profile not in known:
+        yield Problem(
+            where,
+            f"{profile!r} is not an NCCL profile of sglnode/topology/nccl.yaml; {suggest(profile, known)}",
+        )
+
+
 def _check_nodes(topology: Topology) -> Iterator[Problem]:
+    yield from _check_profile("topology.nccl_profile", topology.nccl_profile)
     for name in topology.nccl:
         if not ENV_NAME.match(name):
             yield Problem(f"topology.nccl.{name}", "is not a valid environment variable name")
@@ -150,6 +171,7 @@ def _check_server(
         for name in getattr(server, field_name):
             if not ENV_NAME.match(name):
                 yield Problem(f"{at}.{field_name}.{name}", "is not a valid environment variable name")
+    yield from _check_profile(f"{at}.nccl_profile", server.nccl_profile)
     yield from _check_speculative(at, server, catalog, draft_in_checkpoint)
     yield from check_args(f"{at}.args", server.args, catalog)
 
@@ -169,6 +191,12 @@ def _check_placement(topology: Topology, server: Server) -> Iterator[Problem]:
     repeated = sorted({g for g in server.gpus if server.gpus.count(g) > 1})
     if repeated:
         yield Problem(f"{at}.gpus", f"GPU(s) {repeated} listed more than once")
+    elif server.gpus and sees_every_gpu(topology, server) and gpu_progression(server.gpus) is None:
+        yield Problem(
+            f"{at}.gpus",
+            f"{list(server.gpus)}: a PD server's container sees every GPU and picks its own with "
+            "--base-gpu-id and --gpu-id-step, so list them as base, base + step, ... (e.g. [4, 5, 6, 7])",
+        )
 
 
 def _check_choice(at: str, field_name: str, value: str | None, catalog: FlagCatalog) -> Iterator[Problem]:

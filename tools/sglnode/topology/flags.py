@@ -107,4 +107,5 @@ FIELD_FLAGS: dict[str, str] = {
     "api key (role secret)": "--api-key",
     "api key file (role secret)": "--config",
     "gpus": "--base-gpu-id",
+    "gpus (step)": "--gpu-id-step",
 }
