@@ -327,8 +327,10 @@ def test_a_foreign_file_in_a_nonempty_directory_is_not_overwritten(tmp_path, cap
         (["--prefix", "srv/relative"], "prefix 'srv/relative' must be an absolute path"),
         (["--prefix", "/srv/a\nExecStartPre=/bin/sh"], "must be text without control characters"),
         (["--bind-address", "0.0.0.0:80"], "is not an IP address"),
+        (["--p2p-level", "FAST"], "p2p_level 'FAST' is not one of LOC, NVL, PIX, PXB, PHB, SYS"),
+        (["--node-gpus", "0"], "--node-gpus: must be 1..1024, got 0"),
     ],
-    ids=["relative-prefix", "newline-prefix", "bad-bind-address"],
+    ids=["relative-prefix", "newline-prefix", "bad-bind-address", "bad-p2p-level", "zero-node-gpus"],
 )
 def test_render_options_that_would_break_a_file_are_usage_errors(tmp_path, capsys, args, fragment):
     out = tmp_path / "out"

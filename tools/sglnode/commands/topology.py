@@ -32,6 +32,7 @@ from sglnode.topology.kernels import KernelAuditError, KernelFinding, check_kern
 from sglnode.topology.memory import check_memory
 from sglnode.topology.model import DEFAULT_NODE_GPUS, Problem, TopologyFileError, read_topology_file
 from sglnode.topology.render import DEFAULT_BIND_ADDRESS, RenderOptions, render
+from sglnode.topology.schema import MAX_NODE_GPUS
 from sglnode.topology.write import MANIFEST, WriteError, write_atomically
 
 EXIT_OK = 0
@@ -41,13 +42,25 @@ EXIT_NOT_WRITTEN = 3
 DEFAULT_GPU_PRESET = "rtx-pro-6000-blackwell"
 
 
+def _node_gpus(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from exc
+    if not 1 <= value <= MAX_NODE_GPUS:
+        raise argparse.ArgumentTypeError(f"must be 1..{MAX_NODE_GPUS}, got {value}")
+    return value
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("topology", help="validate a serving topology or render its files")
     actions = parser.add_subparsers(dest="topology_command", metavar="ACTION", required=True)
 
     check = actions.add_parser("check", help="list every problem of a topology file (exit 1 if any)")
     check.add_argument("file", type=Path)
-    check.add_argument("--node-gpus", type=int, default=DEFAULT_NODE_GPUS, help="GPUs per node (default: 8)")
+    check.add_argument(
+        "--node-gpus", type=_node_gpus, default=DEFAULT_NODE_GPUS, help="GPUs per node (default: 8)"
+    )
     check.add_argument("--gpu", default=DEFAULT_GPU_PRESET, help="GPU preset for the memory preflight")
     check.add_argument("--no-memory", action="store_true", help="skip the planner's memory preflight")
     check.add_argument(
@@ -66,7 +79,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     out.add_argument("--bind-address", default=DEFAULT_BIND_ADDRESS, help="address published ports bind to")
     out.add_argument("--node", help="node to render for (multi-node topologies; default: the first)")
     out.add_argument("--prefix", default="", help="node_prefix the units' paths point under")
-    out.add_argument("--node-gpus", type=int, default=DEFAULT_NODE_GPUS)
+    out.add_argument("--node-gpus", type=_node_gpus, default=DEFAULT_NODE_GPUS)
+    out.add_argument(
+        "--p2p-level",
+        default="",
+        metavar="LEVEL",
+        help="NCCL_P2P_LEVEL preflight read from the PCIe topology (LOC, NVL, PIX, PXB, PHB, SYS)",
+    )
     out.add_argument("--p2p-unsafe", action="store_true", help="preflight found ACS/IOMMU on the GPU path")
     out.add_argument("--infiniband", action="store_true", help="the node has InfiniBand")
     out.add_argument("--api-key", action="store_true", help="reference the API key secret files")
@@ -147,6 +166,7 @@ def run_render(args: argparse.Namespace) -> int:
             bind_address=args.bind_address,
             prefix=args.prefix,
             p2p_safe=not args.p2p_unsafe,
+            p2p_level=args.p2p_level,
             infiniband=args.infiniband,
             api_key=args.api_key,
         )
