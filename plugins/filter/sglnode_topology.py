@@ -6,6 +6,9 @@ same Python as `sglnode topology check|render`, so a rollout writes byte for byt
             "kernels": [{server, field, choice, verdict, ...}]}
     {{ topology | sglnode_topology_render(runtime='real', bind_address='10.0.0.1', ...) }}
         -> [{"path", "content", "mode", "kind"}]   (raises on an invalid topology)
+    {{ lookup('ansible.builtin.file', path) | sglnode_topology_load }}
+        -> the topology mapping, read by sglnode's bounded safe loader (1 MiB, few YAML aliases),
+           the same one `sglnode topology check` uses (from_yaml would expand an alias bomb)
 
 Needs the sglnode package on the controller (the repo's .venv installs it editable).
 """
@@ -22,11 +25,13 @@ try:
     from sglnode.topology.kernels import KernelAuditError, check_kernels, load_audit
     from sglnode.topology.memory import check_memory
     from sglnode.topology.model import DEFAULT_NODE_GPUS
+    from sglnode.topology.safeyaml import MAX_TOPOLOGY_BYTES, InputFileError, parse_yaml
 
     IMPORT_ERROR: str | None = None
 except ImportError as exc:  # pragma: no cover - reported when a filter is used
     IMPORT_ERROR = str(exc)
     DEFAULT_NODE_GPUS = 8
+    MAX_TOPOLOGY_BYTES = 1 << 20
 
 
 def _require_sglnode() -> None:
@@ -106,14 +111,34 @@ def sglnode_topology_render(
         options.pop("node", None)
     try:
         render_options = RenderOptions(**options)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"sglnode_topology_render: {exc}") from exc
     return [f.to_json() for f in render(model, render_options)]
+
+
+def sglnode_topology_load(text: Any, name: str = "topology") -> dict[str, Any]:
+    """A topology file's text as a mapping, through sglnode's bounded safe YAML loader."""
+    _require_sglnode()
+    plain = _plain(text)
+    if not isinstance(plain, str):
+        raise AnsibleFilterError(
+            f"sglnode_topology_load: expected the file's text, got {type(text).__name__}"
+        )
+    if len(plain.encode("utf-8")) > MAX_TOPOLOGY_BYTES:
+        raise AnsibleFilterError(f"{name} is more than the {MAX_TOPOLOGY_BYTES} bytes a topology may be")
+    try:
+        data = parse_yaml(plain, where=name)
+    except InputFileError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+    if not isinstance(data, dict):
+        raise AnsibleFilterError(f"{name} is not a YAML mapping")
+    return data
 
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
+            "sglnode_topology_load": sglnode_topology_load,
             "sglnode_topology_check": sglnode_topology_check,
             "sglnode_topology_render": sglnode_topology_render,
         }

@@ -86,7 +86,10 @@ def test_render_writes_exactly_what_render_returns_with_modes(tmp_path):
         target = out / f.path
         assert target.read_text() == f.content
         assert stat.S_IMODE(target.stat().st_mode) == int(f.mode, 8)
-    assert len([p for p in out.rglob("*") if p.is_file()]) == len(expected)
+    written = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    assert written == {f.path for f in expected} | {".sglnode-render.json"}
+    manifest = json.loads((out / ".sglnode-render.json").read_text())
+    assert set(manifest["files"]) == {f.path for f in expected}
 
 
 def test_render_refuses_invalid_topology_and_writes_nothing(tmp_path, capsys):
