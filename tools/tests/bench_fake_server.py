@@ -45,6 +45,7 @@ class FakeServer:
     # the truth a client's TTFT is compared with (the server's own sleep may overshoot).
     first_token_sent: list[float] = field(default_factory=list)
     last_token_sent: list[float] = field(default_factory=list)
+    flushes: int = 0
 
     def __post_init__(self) -> None:
         self._loop = asyncio.new_event_loop()
@@ -104,7 +105,11 @@ class FakeServer:
                 if not keep:
                     break
                 b = self.behaviour
-                streams = sum(1 for h in self.headers if b"/server_info" not in h and b"/metrics" not in h)
+                streams = sum(
+                    1
+                    for h in self.headers
+                    if b"/server_info" not in h and b"/metrics" not in h and b"/flush_cache" not in h
+                )
                 if b.die_after_requests is not None and streams >= b.die_after_requests:
                     self._die()
                     return
@@ -117,6 +122,12 @@ class FakeServer:
 
     async def _respond(self, path: str, body: dict, writer: asyncio.StreamWriter) -> bool:
         b = self.behaviour
+        if path == "/flush_cache":
+            text = "Cache flushed.\n"
+            self.flushes += 1
+            writer.write(f"HTTP/1.1 200 OK\r\nContent-Length: {len(text)}\r\n\r\n{text}".encode())
+            await writer.drain()
+            return True
         if path in ("/server_info", "/metrics"):
             text = (
                 json.dumps({"simulated": b.simulated})

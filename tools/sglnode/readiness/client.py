@@ -65,7 +65,8 @@ def parse_base_url(url: str, schemes: tuple[str, ...] = ("http", "https"), flag:
     scheme = scheme.lower()
     if scheme not in schemes:
         allowed = " or ".join(f"{s}://" for s in schemes)
-        raise UrlError(f"{flag} {url!r}: the scheme must be {allowed} (got {scheme}://)")
+        tls = "; TLS is not supported here" if scheme == "https" else ""
+        raise UrlError(f"{flag} {url!r}: the scheme must be {allowed} (got {scheme}://){tls}")
     try:
         parts = urlsplit(f"{scheme}://{rest}")
     except ValueError as error:  # "Invalid IPv6 URL": an unbalanced bracket

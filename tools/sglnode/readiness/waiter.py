@@ -38,6 +38,8 @@ PROBE_MAX_INTERVAL_S = 2.0
 LOST_AFTER_UNREACHABLE_PROBES = 3
 THREAD_JOIN_S = 2.0
 PROBE_THREAD_JOIN_S = 0.1
+# How often a wait run in a thread looks at its cancel event.
+CANCEL_POLL_S = 0.2
 LOG_THREAD = "sglnode-wait-log"
 # Without a log to follow, a URL where nothing listens (connection refused) for this long ends the
 # wait as unreachable (exit 4) instead of after the whole --timeout. SGLang opens its HTTP port only
@@ -82,6 +84,9 @@ class WaitOptions:
     pd: bool = False
     connect_grace_s: float = DEFAULT_CONNECT_GRACE_S
     probe_timeout_s: float = DEFAULT_PROBE_TIMEOUT_S
+    # Set by a caller that runs waits in threads (the rollout check) to end them on Ctrl-C/SIGTERM.
+    cancel: threading.Event | None = None
+    cancel_reason: str = "SIGINT"
     gpu_memory_reader: Callable[[], list[dict[str, int]] | None] = read_gpu_memory
 
 
@@ -233,8 +238,11 @@ class _WaitLoop:
 
     def _run(self) -> WaitResult:
         self._start_workers()
+        cancel = self.options.cancel
         while True:
             now = time.monotonic()
+            if cancel is not None and cancel.is_set():
+                return self._finish(Outcome.INTERRUPTED, interrupted=self.options.cancel_reason)
             if self.conclude_at is not None and now >= self.conclude_at:
                 return self._crash()
             if self.ready_at is not None and now >= self.ready_at:
@@ -242,6 +250,8 @@ class _WaitLoop:
             if now >= self.deadline:
                 return self._timeout()
             until = min(t for t in (self.deadline, self.conclude_at, self.ready_at) if t is not None)
+            if cancel is not None:
+                until = min(until, now + CANCEL_POLL_S)
             try:
                 event = self.events.get(timeout=max(0.0, until - now))
             except queue.Empty:
