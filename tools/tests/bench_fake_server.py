@@ -46,6 +46,32 @@ class FakeServer:
     first_token_sent: list[float] = field(default_factory=list)
     last_token_sent: list[float] = field(default_factory=list)
     flushes: int = 0
+    # A radix-cache stand-in (never flushed, so reuse across stages shows even when the bench
+    # flushes): per generation request, how many leading prompt tokens an earlier prompt shared.
+    prompt_lengths: list[int] = field(default_factory=list)
+    prefix_hits: list[int] = field(default_factory=list)
+    _trie: dict = field(default_factory=dict)
+
+    @property
+    def cache_hits(self) -> int:
+        """Requests whose prompt began like an earlier one (at least one token in common)."""
+        return sum(1 for matched in self.prefix_hits if matched > 0)
+
+    def _count_prefix(self, body: dict) -> None:
+        prompt = body.get("input_ids") or body.get("prompt")
+        if prompt is None and body.get("messages"):
+            prompt = body["messages"][-1]["content"].split()
+        if not isinstance(prompt, list):
+            return  # the one-token "simulated?" probe sends text
+        node, matched, sharing = self._trie, 0, True
+        for token in prompt:
+            if sharing and token in node:
+                matched += 1
+            else:
+                sharing = False
+            node = node.setdefault(token, {})
+        self.prompt_lengths.append(len(prompt))
+        self.prefix_hits.append(matched)
 
     def __post_init__(self) -> None:
         self._loop = asyncio.new_event_loop()
@@ -100,6 +126,7 @@ class FakeServer:
                 self.requests_seen += 1
                 self.headers.append(head)
                 self.bodies.append(body)
+                self._count_prefix(body)
                 path = head.split(b" ")[1].decode()
                 keep = await self._respond(path, body, writer)
                 if not keep:

@@ -213,6 +213,8 @@ def check_output_path(path: Path, flag: str) -> None:
     if path.is_dir():
         raise BenchConfigError(f"{flag} {path} is a directory; give a file name")
     parent = path.parent if str(path.parent) else Path(".")
+    if parent.exists() and not parent.is_dir():
+        raise BenchConfigError(f"{flag} {path}: {parent} is not a directory")
     if not parent.is_dir():
         raise BenchConfigError(f"{flag} {path}: the directory {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
@@ -220,7 +222,10 @@ def check_output_path(path: Path, flag: str) -> None:
 
 
 def plot_available() -> bool:
-    return importlib.util.find_spec("matplotlib") is not None
+    try:
+        return importlib.util.find_spec("matplotlib") is not None
+    except (ImportError, ValueError):  # ValueError: blocked in sys.modules (sys.modules[name] = None)
+        return False
 
 
 def _fd_budget() -> int:

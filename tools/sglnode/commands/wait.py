@@ -19,6 +19,7 @@ from typing import TextIO
 from sglnode.argtypes import seconds
 from sglnode.exitcodes import EXIT_USAGE
 from sglnode.interrupts import guarded, raise_on_signals
+from sglnode.readiness.client import DEFAULT_TIMEOUT_S as DEFAULT_PROBE_TIMEOUT_S
 from sglnode.readiness.client import UrlError, parse_base_url
 from sglnode.readiness.logwatch import FileFollower, compose_follower, docker_follower, journal_follower
 from sglnode.readiness.startup import ProgressDisplay
@@ -32,6 +33,7 @@ from sglnode.readiness.waiter import (
 )
 
 DEFAULT_TIMEOUT_S = 1800.0  # large MoE checkpoints take 10-20 min to load; 30 min covers them
+MIN_PROBE_TIMEOUT_S = 0.5
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -138,6 +140,8 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         timeout_s=args.timeout,
         pd=args.pd,
         connect_grace_s=getattr(args, "connect_grace", DEFAULT_CONNECT_GRACE_S),
+        # A short --timeout must still see a probe answer (or its absence) before it ends.
+        probe_timeout_s=min(DEFAULT_PROBE_TIMEOUT_S, max(MIN_PROBE_TIMEOUT_S, args.timeout / 4)),
     )
     # Ctrl-C / SIGTERM end the wait (and `docker logs -f` / `journalctl -f`) with a result.
     with raise_on_signals():

@@ -368,7 +368,10 @@ class _WaitLoop:
         return self._finish(Outcome.CRASHED, diagnosis)
 
     def _timeout(self) -> WaitResult:
-        if not self.saw_lines and not self.heard_http and not self.accepted:
+        # "Nothing listening" needs evidence: a probe that was refused (a probe still in flight
+        # proves nothing), or no URL to probe at all.
+        probed = self.options.url is None or self.last_probe is not None
+        if probed and not self.saw_lines and not self.heard_http and not self.accepted:
             return self._finish(Outcome.UNREACHABLE)
         return self._finish(Outcome.TIMED_OUT, self.diagnoser.result() if self.diagnoser.hits else None)
 
