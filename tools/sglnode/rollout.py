@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -19,9 +20,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sglnode.bench.checks import Targets
-from sglnode.bench.session import BenchConfig, run_session
-from sglnode.exitcodes import EXIT_FAILED, EXIT_OK
+from sglnode.bench.checks import THRESHOLD_FLAGS, Targets, threshold_from_data
+from sglnode.bench.session import BenchConfig, BenchConfigError, plot_available, run_session
+from sglnode.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from sglnode.interrupts import Interrupted, signal_exit_code
 from sglnode.planning.planner import plan_server
 from sglnode.readiness.logwatch import compose_follower
 from sglnode.readiness.waiter import WaitOptions
@@ -47,7 +49,9 @@ class BenchSettings:
     duration_s: float = 60.0
     input_len: int = 256
     output_len: int = 128
-    targets: dict[str, float] = field(default_factory=dict)
+    # min_output_tok_s / max_ttft_p99_ms / max_itl_p99_ms: a number for every stage, or a mapping of
+    # concurrency to number (bench.checks); max_error_rate: a fraction.
+    targets: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,26 @@ class RolloutSettings:
     timeout_s: float = 1800.0
     api_key: str | None = None
     bench: BenchSettings = field(default_factory=BenchSettings)
+    # Set on SIGINT/SIGTERM: every wait still running ends (and its log follower with it).
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+def targets_from_settings(targets: dict[str, object]) -> Targets:
+    """The role's / validate's targets as bench.checks.Targets; ValueError names a bad one."""
+    unknown = set(targets) - {*THRESHOLD_FLAGS, "max_error_rate"}
+    if unknown:
+        raise ValueError(f"unknown target(s): {', '.join(sorted(unknown))}")
+    values: dict[str, object] = {
+        name: threshold_from_data(targets[name], name)
+        for name in THRESHOLD_FLAGS
+        if targets.get(name) is not None
+    }
+    if targets.get("max_error_rate") is not None:
+        rate = targets["max_error_rate"]
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+            raise ValueError(f"max_error_rate: a fraction between 0 and 1 (got {rate!r})")
+        values["max_error_rate"] = float(rate)
+    return Targets(**values)  # type: ignore[arg-type]
 
 
 def servers_on_node(topology: Topology, node: str) -> list[Server]:
@@ -70,7 +94,10 @@ def wait_for_one_server(server: Server, settings: RolloutSettings) -> dict[str, 
     compose = settings.compose_dir / "compose.yaml"
     url = f"http://{settings.bind_address}:{server.port}"
     options = WaitOptions(
-        url=url, follower=compose_follower(compose, server.name), timeout_s=settings.timeout_s
+        url=url,
+        follower=compose_follower(compose, server.name),
+        timeout_s=settings.timeout_s,
+        cancel=settings.cancel,
     )
     result = wait_until_ready(options)
     return {"server": server.name, "url": url, "exit_code": result.exit_code, "result": result.to_json()}
@@ -80,7 +107,9 @@ def wait_for_router(topology: Topology, settings: RolloutSettings) -> dict[str, 
     url = f"http://{settings.bind_address}:{topology.router.port}"
     is_pd = any(server.role == "prefill" for server in topology.servers)
     # /health can stay 200 while KV transfer fails: with PD, readiness is one real generation.
-    result = wait_until_ready(WaitOptions(url=url, follower=None, timeout_s=settings.timeout_s, pd=is_pd))
+    result = wait_until_ready(
+        WaitOptions(url=url, follower=None, timeout_s=settings.timeout_s, pd=is_pd, cancel=settings.cancel)
+    )
     return {
         "server": "router",
         "url": url,
@@ -119,9 +148,7 @@ def aggregate_plan(topology: Topology, gpu: str, concurrencies: list[int]) -> di
 def run_bench(topology: Topology, settings: RolloutSettings, plan_path: Path | None) -> dict[str, Any]:
     bench = settings.bench
     out = settings.report_dir
-    targets = Targets(
-        **{key: value for key, value in bench.targets.items() if key in Targets.__dataclass_fields__}
-    )
+    targets = targets_from_settings(bench.targets)
     config = BenchConfig(
         url=f"http://{settings.bind_address}:{topology.router.port}",
         api=bench.api,
@@ -134,13 +161,22 @@ def run_bench(topology: Topology, settings: RolloutSettings, plan_path: Path | N
         output_len=bench.output_len,
         progress=False,
         json_path=out / "bench.json",
-        plot_path=out / "bench.png",
+        plot_path=out / "bench.png" if plot_available() else None,
         plan_path=plan_path,
         targets=targets,
     )
     table = io.StringIO()
     started = time.monotonic()
-    code, report = run_session(config, stdout=table)
+    try:
+        code, report = run_session(config, stdout=table)
+    except BenchConfigError as exc:
+        return {
+            "exit_code": EXIT_USAGE,
+            "elapsed_s": 0.0,
+            "table": f"bench not run: {exc}\n",
+            "report": None,
+            "plot": None,
+        }
     return {
         "exit_code": code,
         "elapsed_s": round(time.monotonic() - started, 1),
@@ -161,8 +197,25 @@ def run_rollout_check(
     node = settings.node or topology.nodes[0].name
     servers = servers_on_node(topology, node)
     # All at once: the servers start together, and each watcher diagnoses its own crash at once.
-    with ThreadPoolExecutor(max_workers=max(len(servers), 1)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(len(servers), 1))
+    try:
         waits = list(pool.map(lambda server: wait_for_one_server(server, settings), servers))
+    except Interrupted as signal_:  # end every wait (and its `docker compose logs -f`), then report
+        settings.cancel.set()
+        pool.shutdown(wait=True)
+        outcome: dict[str, Any] = {
+            "topology": topology.name,
+            "node": node,
+            "waits": [],
+            "bench": None,
+            "plan": None,
+            "interrupted": signal_.name,
+            "exit_code": signal_exit_code(signal_.name),
+            "simulated": simulated_runtime,
+        }
+        _write_reports(settings, outcome)
+        return outcome
+    pool.shutdown(wait=True)
     outcome = {"topology": topology.name, "node": node, "waits": waits, "bench": None, "plan": None}
     failed = [w for w in waits if w["exit_code"] != EXIT_OK]
     if not failed and topology.router.node == node:
@@ -180,12 +233,22 @@ def run_rollout_check(
             plan_path.write_text(json.dumps(plan, indent=2) + "\n")
         outcome["plan"] = plan
         outcome["bench"] = run_bench(topology, settings, plan_path)
-        # A crashed or unready server keeps `sglnode wait`'s own exit code (2, 3, 4) above.
-        outcome["exit_code"] = EXIT_OK if outcome["bench"]["exit_code"] == 0 else EXIT_FAILED
+        # A crashed or unready server keeps `sglnode wait`'s own exit code (2, 3, 4) above; an
+        # interrupted bench its 130/143, a refused configuration 64.
+        bench_code = outcome["bench"]["exit_code"]
+        outcome["exit_code"] = (
+            bench_code
+            if bench_code in (EXIT_USAGE, 130, 143)
+            else (EXIT_OK if bench_code == 0 else EXIT_FAILED)
+        )
     outcome["simulated"] = simulated_runtime or _bench_saw_simulator(outcome["bench"])
+    _write_reports(settings, outcome)
+    return outcome
+
+
+def _write_reports(settings: RolloutSettings, outcome: dict[str, Any]) -> None:
     (settings.report_dir / "report.json").write_text(json.dumps(outcome, indent=2, default=str) + "\n")
     (settings.report_dir / "report.md").write_text(render_report(outcome))
-    return outcome
 
 
 def _log_time(text: str) -> datetime | None:
@@ -259,5 +322,7 @@ def render_report(outcome: dict[str, Any]) -> str:
                 "Roofline from `sglnode plan` (an estimate, not a measurement) for "
                 f"{outcome['plan'].get('replicas_behind_router', 1)} decoding server(s)."
             )
+    if outcome.get("interrupted"):
+        lines += ["", f"Interrupted by {outcome['interrupted']} before the check finished."]
     lines += ["", f"Result: exit {outcome['exit_code']}", ""]
     return "\n".join(lines)

@@ -123,6 +123,7 @@ def summarize(run: StageRun, slo: Slo, roofline: list[tuple[float, float]] | Non
         "client": _client_health(run),
         "aborted": next((w.aborted for w in run.workers if w.aborted), None),
         "lost_workers": run.lost_workers,
+        "interrupted": run.interrupted,
     }
     summary["goodput"] = _goodput(ok, slo, wall) if slo.active else None
     summary["roofline"] = _roofline(summary, ok, wall, roofline) if roofline else None

@@ -138,6 +138,14 @@ class ProgressDisplay:
             self.stream.write(text + "\n")
         self.stream.flush()
 
+    def note(self, text: str) -> None:
+        """A status line that is not a milestone (e.g. "connection refused at URL"), on its own line."""
+        if self._line_open:
+            self.stream.write("\n")
+            self._line_open = False
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
     def close(self) -> None:
         """End the live line so whatever is printed next starts on its own line."""
         if self._line_open:
