@@ -39,7 +39,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("spec", type=Path, help="sweep spec (YAML, docs/tune.md)")
     run.add_argument("--out", type=Path, required=True, help="output directory (state, results, winner)")
     run.add_argument("--fresh", action="store_true", help="ignore the state file of an earlier run")
+    run.add_argument("--nccl-measurements", type=Path, help="all-reduce sweep JSON (overrides the spec's)")
+    run.add_argument("--moe-config-dir", type=Path, help="MoE config cache root (overrides the spec's)")
     run.set_defaults(func=run_run)
+
+    env = actions.add_parser("nccl-env", help="the full NCCL env of each of a spec's variants (JSON)")
+    env.add_argument("spec", type=Path)
+    env.add_argument("--p2p-unsafe", action="store_true", help="preflight found ACS/IOMMU on the GPU path")
+    env.set_defaults(func=run_nccl_env)
 
     listing = actions.add_parser("candidates", help="list the candidates and the vetting verdicts")
     listing.add_argument("spec", type=Path)
@@ -67,8 +74,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_run(args: argparse.Namespace) -> int:
     from sglnode.tune.campaign import run_campaign  # noqa: PLC0415 - bench stack only when running
 
+    overrides = {
+        "nccl_measurements": str(args.nccl_measurements.resolve()) if args.nccl_measurements else None,
+        "moe_config_dir": str(args.moe_config_dir.resolve()) if args.moe_config_dir else None,
+    }
     try:
-        code, _ = run_campaign(args.spec, args.out, resume=not args.fresh)
+        code, _ = run_campaign(
+            args.spec,
+            args.out,
+            resume=not args.fresh,
+            overrides={k: v for k, v in overrides.items() if v is not None},
+        )
     except (SpecError, TopologyFileError, MeasurementError, ValueError) as exc:
         _print_spec_error(exc)
         return EXIT_USAGE
@@ -107,6 +123,18 @@ def run_candidates(args: argparse.Namespace) -> int:
             print(f"      {line}")
     for note in notes:
         print(f"note: {note}")
+    return 0
+
+
+def run_nccl_env(args: argparse.Namespace) -> int:
+    from sglnode.tune.campaign import nccl_env_variants  # noqa: PLC0415
+
+    try:
+        variants = nccl_env_variants(load_spec(args.spec), p2p_safe=not args.p2p_unsafe)
+    except (SpecError, TopologyFileError, ValueError) as exc:
+        _print_spec_error(exc)
+        return EXIT_USAGE
+    print(json.dumps(variants, indent=2))
     return 0
 
 

@@ -11,12 +11,15 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from sglnode.topology.check import check_topology
 from sglnode.topology.kernels import load_audit
-from sglnode.tune.candidates import Candidate, expand, vet
+from sglnode.topology.model import read_topology_file
+from sglnode.topology.render import RenderOptions, nccl_environment
+from sglnode.tune.candidates import Candidate, apply_overrides, expand, vet
 from sglnode.tune.deploy import ComposeDeployer
 from sglnode.tune.nccl import NcclChoice
 from sglnode.tune.results import build_results, render_table, write_outputs
-from sglnode.tune.spec import LoadedSpec, load_spec
+from sglnode.tune.spec import LoadedSpec, load_spec, parse_spec
 from sglnode.tune.sweep import Deployer, Sweep
 
 EXIT_WINNER = 0
@@ -37,15 +40,49 @@ def plan_candidates(loaded: LoadedSpec) -> tuple[list[Candidate], NcclChoice, li
     return candidates, nccl, notes
 
 
+def nccl_env_variants(loaded: LoadedSpec, p2p_safe: bool = True) -> dict[str, dict[str, str]]:
+    """Each NCCL variant's whole environment, as the serving container gets it (the PCIe defaults,
+    the base topology's nccl:, the variant): what the all-reduce sweep must run under."""
+    spec = loaded.spec
+    base = read_topology_file(loaded.resolve(spec.base))
+    declared = {name: {k: str(v) for k, v in env.items()} for name, env in spec.axes.nccl.items()}
+    variants: dict[str, dict[str, str]] = {}
+    for name, env in (declared or {"base": {}}).items():
+        topology, problems = check_topology(apply_overrides(base, {}, env, []))
+        if problems:
+            raise ValueError(f"variant {name}: " + "; ".join(str(p) for p in problems))
+        server = topology.servers[0]
+        options = RenderOptions(p2p_safe=p2p_safe)
+        variants[name] = {key: value for key, value, _ in nccl_environment(topology, server, options)}
+    return variants
+
+
+def with_overrides(loaded: LoadedSpec, overrides: dict[str, Any]) -> LoadedSpec:
+    """The spec with command-line overrides (absolute paths), validated again."""
+    if not overrides:
+        return loaded
+    data = loaded.spec.model_dump()
+    if "nccl_measurements" in overrides:
+        data["nccl_measurements"] = {
+            **(data.get("nccl_measurements") or {}),
+            "file": overrides["nccl_measurements"],
+        }
+    if "moe_config_dir" in overrides:
+        data["moe_config_dir"] = overrides["moe_config_dir"]
+    return loaded.model_copy(update={"spec": parse_spec(data, str(loaded.path))})
+
+
 def run_campaign(
     spec_path: Path,
     out_dir: Path,
+    *,
     resume: bool = True,
     deployer: Deployer | None = None,
     stdout: TextIO | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> tuple[int, dict[str, Any]]:
     out = stdout if stdout is not None else sys.stdout
-    loaded = load_spec(spec_path)
+    loaded = with_overrides(load_spec(spec_path), overrides or {})
     candidates, nccl, notes = plan_candidates(loaded)
     out_dir.mkdir(parents=True, exist_ok=True)
     if deployer is None:
