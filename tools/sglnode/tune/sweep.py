@@ -145,7 +145,7 @@ class _Signals:
                 raise SweepInterrupted(signum)
 
 
-def _compact_stage(stage: dict[str, Any], asked_s: float, json_path: Path) -> dict[str, Any]:
+def compact_stage(stage: dict[str, Any], asked_s: float, json_path: Path) -> dict[str, Any]:
     def pct(key: str, name: str) -> float | None:
         return (stage.get(key) or {}).get(name)
 
@@ -338,7 +338,7 @@ class Sweep:
                 record.get("simulated") or (report.get("target") or {}).get("simulated")
             )
             for stage in report.get("stages") or []:
-                record["stages"].append(_compact_stage(stage, asked, json_path))
+                record["stages"].append(compact_stage(stage, asked, json_path))
             self.state.save()
         return "done"
 

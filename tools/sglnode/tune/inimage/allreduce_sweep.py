@@ -250,9 +250,8 @@ def main() -> int:
         for ranks in groups:
             label = f"{name} ranks {ranks}"
             print(f"allreduce_sweep: {label} ...", file=sys.stderr, flush=True)
-            result = run_one(
-                args.backend, dtype, ranks, {k: str(v) for k, v in env.items()}, sizes, args.timeout_s
-            )
+            spec = RunSpec(args.backend, dtype, sizes, {k: str(v) for k, v in env.items()}, args.max_iters)
+            result = run_one(spec, ranks, args.timeout_s)
             run = {
                 "variant": name,
                 "env": env,
