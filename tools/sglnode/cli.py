@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "validate",
     "state",
     "upstream",
+    "tune",
 )
 
 
