@@ -146,6 +146,26 @@ def inspect_chat(event: object) -> EventInfo:
     return _openai(event, _chat_content)
 
 
+def cached_generate(event: object) -> int | None:
+    """Prompt tokens the server took from its prefix cache: /generate's meta_info.cached_tokens."""
+    meta = event.get("meta_info") if isinstance(event, dict) else None
+    return _count(meta, "cached_tokens") if isinstance(meta, dict) else None
+
+
+def cached_openai(event: object) -> int | None:
+    """usage.prompt_tokens_details.cached_tokens (SGLang sends it with --enable-cache-report)."""
+    usage = event.get("usage") if isinstance(event, dict) else None
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    return _count(details, "cached_tokens") if isinstance(details, dict) else None
+
+
+# Read only from events that carry the prompt count (the usage events), never per token.
+API_CACHED: dict[ApiName, Callable[[object], int | None]] = {
+    "generate": cached_generate,
+    "completions": cached_openai,
+    "chat": cached_openai,
+}
+
 API_INSPECTORS: dict[ApiName, EventInspector] = {
     "generate": inspect_generate,
     "completions": inspect_completions,

@@ -21,7 +21,7 @@ import asyncio
 import json
 from time import perf_counter
 
-from sglnode.bench.apis import API_INSPECTORS, ApiName
+from sglnode.bench.apis import API_CACHED, API_INSPECTORS, ApiName
 from sglnode.bench.records import GapSink, RequestRecord, build_record, derive_gaps
 
 # Cap on a response head or an error body we keep; beyond it the response is malformed for us.
@@ -62,6 +62,7 @@ class StreamProtocol(asyncio.Protocol):
 
     def __init__(self, api: ApiName) -> None:
         self.inspect = API_INSPECTORS[api]
+        self.cached_of = API_CACHED[api]
         self.requested = 0
         self.transport: asyncio.Transport | None = None
         self.closed = False
@@ -80,6 +81,7 @@ class StreamProtocol(asyncio.Protocol):
         self.cum = 0
         self.reported: int | None = None
         self.prompt_tokens: int | None = None
+        self.cached_tokens: int | None = None
         self.done_seen = False
         self.events = 0
         self.stream_error: str | None = None
@@ -359,7 +361,9 @@ class StreamProtocol(asyncio.Protocol):
                 self.done_seen = True
                 continue
             try:
-                content, completion, prompt, error = inspect(_parse_json(data))
+                event = _parse_json(data)
+                content, completion, prompt, error = inspect(event)
+                cached = self.cached_of(event) if prompt is not None else None
             except (ValueError, RecursionError) as exc:  # JSONDecodeError, BadEvent, too deep
                 self._bad(f"bad_event: {exc}"[:ERROR_SNIPPET_CHARS] + f" in {data[:60]!r}")
                 return
@@ -378,6 +382,8 @@ class StreamProtocol(asyncio.Protocol):
                 cum = completion
             if prompt is not None and self.prompt_tokens is None:
                 self.prompt_tokens = prompt
+            if cached is not None:
+                self.cached_tokens = cached
         if cum is not None:
             tokens = cum - self.cum if self.counted else chunks
             self.reported = self.cum = cum
@@ -472,6 +478,7 @@ class StreamClient:
                     chunks=proto.chunks,
                     reported_tokens=proto.reported,
                     prompt_tokens=proto.prompt_tokens,
+                    cached_tokens=proto.cached_tokens,
                     requested_tokens=requested_tokens,
                     per_chunk_counts=bool(proto.counted),
                     error=error,

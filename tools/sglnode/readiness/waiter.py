@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
-from sglnode.diagnosis.diagnose import UNKNOWN_NOTES, Diagnoser, Diagnosis, LogLine, read_gpu_memory
+from sglnode.diagnosis.diagnose import (
+    UNKNOWN_KILLED,
+    UNKNOWN_NO_END,
+    Diagnoser,
+    Diagnosis,
+    LogLine,
+    read_gpu_memory,
+)
 from sglnode.interrupts import Interrupted, signal_exit_code
 from sglnode.readiness.client import DEFAULT_TIMEOUT_S as DEFAULT_PROBE_TIMEOUT_S
 from sglnode.readiness.client import Probe, Readiness, SGLangClient
@@ -358,8 +365,8 @@ class _WaitLoop:
         diagnosis = self.diagnoser.result(gpu_memory)
         if not self.saw_lines and diagnosis.cause == "unknown":
             # An empty log proves nothing about a kill: say what is known instead.
-            # (the first two unknown-cause notes speak of a kill line and the log above it)
-            diagnosis.notes = [n for n in diagnosis.notes if n not in UNKNOWN_NOTES[:2]]
+            # (the opening unknown-cause notes speak of a kill line or of the log's lines)
+            diagnosis.notes = [n for n in diagnosis.notes if n not in (*UNKNOWN_KILLED, *UNKNOWN_NO_END)]
             diagnosis.notes.insert(
                 0, f"the log ({self.source}) held no lines: nothing in it says how the process ended"
             )
