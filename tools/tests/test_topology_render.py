@@ -367,3 +367,15 @@ def test_systemd_analyze_check_catches_a_broken_unit(tmp_path):
         [SYSTEMD_ANALYZE, "verify", str(target)], check=False, capture_output=True, text=True, timeout=60
     )
     assert result.stderr.strip() != ""
+
+
+def test_a_tuned_moe_config_cache_is_mounted_read_only_where_sglang_looks():
+    plain = compose(rendered("tp4x2"))["services"]["replica0"]
+    assert "environment" not in plain
+    tuned = compose(rendered("tp4x2", moe_config_dir="/var/lib/sglnode/moe-configs"))["services"]
+    for name in ("replica0", "replica1"):
+        assert "/var/lib/sglnode/moe-configs:/opt/sglnode/moe-configs:ro" in tuned[name]["volumes"]
+        assert tuned[name]["environment"] == {"SGLANG_MOE_CONFIG_DIR": "/opt/sglnode/moe-configs"}
+    assert "volumes" not in tuned["router"]
+    with pytest.raises(ValueError, match="absolute"):
+        RenderOptions(moe_config_dir="relative/dir")

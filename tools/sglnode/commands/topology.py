@@ -90,6 +90,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     out.add_argument("--infiniband", action="store_true", help="the node has InfiniBand")
     out.add_argument("--api-key", action="store_true", help="reference the API key secret files")
     out.add_argument(
+        "--moe-config-dir",
+        default="",
+        metavar="DIR",
+        help="host path of a tuned fused-MoE config cache to mount as SGLANG_MOE_CONFIG_DIR (docs/tune.md)",
+    )
+    out.add_argument(
         "--force",
         action="store_true",
         help=f"overwrite files edited by hand since the last render ({MANIFEST})",
@@ -169,6 +175,7 @@ def run_render(args: argparse.Namespace) -> int:
             p2p_level=args.p2p_level,
             infiniband=args.infiniband,
             api_key=args.api_key,
+            moe_config_dir=args.moe_config_dir,
         )
     except ValueError as exc:
         print(f"sglnode topology render: error: {exc}", file=sys.stderr)

@@ -52,6 +52,7 @@ class GpuPresetDoc(Doc):
     memory_mib: Annotated[float, Field(gt=0, le=16 * 1024 * 1024)]  # up to 16 TiB
     bandwidth_tbs: Annotated[float, Field(gt=0, le=1000)]
     compute_capability: Text = ""
+    device_name: Text = ""  # torch.cuda.get_device_name(): SGLang keys tuned kernel configs by it
     interconnect: Text = ""
     nvlink: bool = False
     allreduce_latency_us: Annotated[float, Field(ge=0, le=1e6)] = 10.0
@@ -137,6 +138,7 @@ class GpuSpec:
     memory_mib: float  # nvidia-smi --query-gpu=memory.total: what SGLang's defaults read
     bandwidth_tbs: float
     compute_capability: str = ""
+    device_name: str = ""  # torch.cuda.get_device_name(): SGLang keys tuned kernel configs by it
     interconnect: str = ""
     nvlink: bool = False
     allreduce_latency_us: float = 10.0

@@ -55,6 +55,10 @@ STACK_BYTES = 67108864
 # name only, and a module built against another torch would load and crash.
 JIT_CACHE_PATH = "/var/cache/sglang-jit"
 JIT_CACHE_VOLUME_KEY = "sglang-jit"
+# Fused-MoE Triton configs tuned on this node (tools/gpu/tune-node.sh, docs/tune.md): a cache root
+# mounted read-only where SGLANG_MOE_CONFIG_DIR points (it replaces the wheel's root, so the cache
+# carries the wheel's shipped configs too).
+MOE_CONFIG_MOUNT = "/opt/sglnode/moe-configs"
 # Inside the container, the HTTP server listens on all container interfaces; what the node exposes
 # is decided by the published port's host address (the inventory's bind address).
 CONTAINER_LISTEN_ADDRESS = "0.0.0.0"
@@ -82,12 +86,23 @@ class RenderOptions:
     sim_image: str = DEFAULT_SIM_IMAGE
     docker_bin: str = DEFAULT_DOCKER_BIN
     gpu_preset: str = "rtx-pro-6000-blackwell"
+    moe_config_dir: str = ""  # host path of a tuned MoE config cache root; "" = the wheel's configs
 
     def __post_init__(self) -> None:
         """Refuse options that would break the files they land in (a unit line, a compose port)."""
         if self.runtime not in RUNTIMES:
             raise ValueError(f"runtime {self.runtime!r} is not one of {', '.join(RUNTIMES)}")
-        for name in ("prefix", "docker_bin", "bind_address", "sglang_image", "router_image", "sim_image"):
+        if self.moe_config_dir and not self.moe_config_dir.startswith("/"):
+            raise ValueError(f"moe_config_dir {self.moe_config_dir!r} must be an absolute host path")
+        for name in (
+            "prefix",
+            "docker_bin",
+            "bind_address",
+            "sglang_image",
+            "router_image",
+            "sim_image",
+            "moe_config_dir",
+        ):
             value = getattr(self, name)
             if not isinstance(value, str) or CONTROL_CHARACTERS.search(value):
                 raise ValueError(f"{name} {value!r} must be text without control characters (newline, tab)")
@@ -393,6 +408,9 @@ def _server_service(topology: Topology, server: Server, node: str, opts: RenderO
     }
     if opts.api_key:
         service["volumes"].append(f"./{API_KEY_CONFIG}:{API_KEY_CONTAINER_PATH}:ro")
+    if opts.moe_config_dir:
+        service["volumes"].append(f"{opts.moe_config_dir}:{MOE_CONFIG_MOUNT}:ro")
+        service["environment"] = {"SGLANG_MOE_CONFIG_DIR": MOE_CONFIG_MOUNT}
     if is_head:
         service.update(_published(topology, opts, server.port))
         service["healthcheck"] = _healthcheck(_health_host(topology, opts), server.port)

@@ -32,12 +32,11 @@ from sglnode.bench.session import BenchConfig, run_session
 from sglnode.readiness.logwatch import compose_follower
 from sglnode.readiness.waiter import WaitOptions, wait_for_server
 from sglnode.topology.model import Topology
-from sglnode.topology.render import RenderOptions, config_dir, project_name, render
+from sglnode.topology.render import MOE_CONFIG_MOUNT, RenderOptions, config_dir, project_name, render
 from sglnode.tune.spec import SweepSpec
 
 LABEL_SWEEP = "io.sglnode.tune.sweep"
 LABEL_CANDIDATE = "io.sglnode.tune.candidate"
-MOE_CONFIG_MOUNT = "/opt/sglnode/moe-configs"
 COMPOSE_TIMEOUT_S = 300
 FLUSH_TIMEOUT_S = 30
 # How long `down` may take to free the ports before the sweep calls it a leak.

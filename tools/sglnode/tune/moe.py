@@ -30,13 +30,21 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from sglnode.planning.presets import MODELS_DIR, PresetError, load_hf_config, load_model_preset
+from sglnode.planning.presets import MODELS_DIR, PresetError, load_gpu, load_hf_config, load_model_preset
 from sglnode.topology.render import DEFAULT_SGLANG_IMAGE
 
-# torch.cuda.get_device_name() on the node (tools/oracle/node_double.py GPU_NAME): the name SGLang
-# puts in config file names (spaces become underscores).
-DEVICE_NAMES = {"rtx-pro-6000-blackwell": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}
 DEFAULT_GPU = "rtx-pro-6000-blackwell"
+
+
+def device_name_of(gpu: str = DEFAULT_GPU) -> str:
+    """torch.cuda.get_device_name() on the node (the hardware preset's device_name): the name SGLang
+    puts in config file names (spaces become underscores)."""
+    name = load_gpu(gpu).device_name
+    if not name:
+        raise PresetError(f"GPU preset {gpu} has no device_name: SGLang's MoE config files are keyed by it")
+    return name
+
+
 # DeepSeek-V3/R1's fusable layout (models/deepseek_v2.py:3358-3372).
 FUSED_SHARED_ARCHITECTURES = {"DeepseekV3ForCausalLM": (256, 1)}
 # Experts stored as MXFP4 (4 bits + one 8-bit scale per 32 values).
@@ -220,7 +228,7 @@ def coverage(
     probe: Any = run_probe,
 ) -> dict[str, Any]:
     """The coverage report: every row classified, the missing ones listed, what ships for the GPU."""
-    name = device_name or DEVICE_NAMES[DEFAULT_GPU]
+    name = device_name or device_name_of()
     cases = [
         {"id": row.id, "E": row.E, "N": row.N, "dtype": row.dtype, "block_shape": row.block_shape}
         for row in rows
