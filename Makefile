@@ -8,13 +8,14 @@ export PY_COLORS := 0
 export ANSIBLE_FORCE_COLOR := 0
 STAGE := tools/setup/stage.sh
 
-.PHONY: help setup demo demo-oom demo-down test lint syntax image sglang-image pytest molecule
+.PHONY: help setup demo demo-oom demo-down tune-demo test lint syntax image sglang-image pytest molecule
 
 help:
 	@echo "make demo   - set up, then run the rollout on the simulated node (test double of SGLang)"
 	@echo "make test   - set up, then run every check: linters, syntax, pytest, molecule scenarios"
 	@echo "make demo-oom  - the failure path: a topology that does not fit, refused, then diagnosed"
 	@echo "make demo-down - stop what the demo left running"
+	@echo "make tune-demo - a small tuning sweep on the simulated node (table, plot, JSON, winner; SIMULATED)"
 	@echo "make image  - build the real sm_120 SGLang image (skipped when its input tag exists)"
 
 setup:
@@ -29,6 +30,9 @@ demo-oom: setup
 
 demo-down:
 	@bash tools/demo/down.sh
+
+tune-demo: setup
+	@$(STAGE) "tune-demo: a sweep of 5 candidates on the simulated node" bash tools/demo/tune.sh
 
 lint:
 	@$(STAGE) "lint: yamllint" yamllint -s .

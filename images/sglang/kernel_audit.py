@@ -301,6 +301,14 @@ def load_required(path: Path) -> dict[str, object]:
     return data
 
 
+def installed_distributions(root: Path) -> dict[str, str]:
+    """name -> version of every distribution installed under root, sorted by name."""
+    found = {
+        dist.metadata["Name"]: dist.version for dist in importlib.metadata.distributions(path=[str(root)])
+    }
+    return dict(sorted(found.items(), key=lambda item: item[0].lower()))
+
+
 def jit_packages(
     entries: list[dict[str, str]], packages: dict[str, dict[str, object]], root: Path
 ) -> dict[str, object]:
@@ -484,6 +492,9 @@ def main(argv: list[str] | None = None) -> int:
             name: package_report(name, packages[name], target) for name in sorted(packages, key=str.lower)
         },
         "jit_packages": jit_packages(spec.get("jit_packages", []), packages, roots[0]),
+        # Every installed distribution, device code or not (a backend such as Mooncake's transfer
+        # engine is checked for presence by `sglnode topology check`).
+        "distributions": installed_distributions(roots[0]),
         "toolchains": tools,
         "required": check_required(spec["required"], packages, tools, target),
     }

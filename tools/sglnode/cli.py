@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
 from sglnode import __version__
-from sglnode.exitcodes import EXIT_USAGE
+from sglnode.exitcodes import EXIT_OK, EXIT_USAGE
 
 # One module per subcommand, in the order `--help` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -20,7 +21,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "topology",
     "sim",
     "validate",
+    "state",
     "upstream",
+    "tune",
 )
 
 
@@ -44,13 +47,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The shell's convention for a process ended by SIGINT (128 + 2).
+EXIT_INTERRUPTED = 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:
+        # The reader went away (`sglnode status | head`): not an error of ours, and no traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    except KeyboardInterrupt:
+        # Commands with children or partial results handle SIGINT themselves; this is the backstop.
+        print(f"sglnode {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

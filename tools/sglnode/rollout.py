@@ -1,17 +1,18 @@
 """The rollout check behind `sglnode validate`: every server ready, one generation through the router,
 then a bounded benchmark against targets, with a report a person reads and a JSON a machine reads.
 
-It composes the other commands instead of re-implementing them: `sglnode wait` per server (following
-the compose service's log, so a crash is diagnosed within a second), `sglnode wait --pd` or a plain
-wait through the router, the planner's roofline for the decode side, and `sglnode bench`.
+It composes the libraries behind the other commands, in this process: the readiness waiter per server
+(following the compose service's log, so a crash is diagnosed within a second), a PD generation or a
+plain wait through the router, the planner's roofline for the decode side, and a bench session (whose
+workers are the only child processes: they isolate the load generator's event loops).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import re
-import subprocess
-import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -19,8 +20,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sglnode.exitcodes import EXIT_FAILED, EXIT_OK
+from sglnode.bench.checks import THRESHOLD_FLAGS, Targets, threshold_from_data
+from sglnode.bench.session import BenchConfig, BenchConfigError, plot_available, run_session
+from sglnode.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from sglnode.interrupts import Interrupted, signal_exit_code
 from sglnode.planning.planner import plan_server
+from sglnode.readiness.logwatch import compose_follower
+from sglnode.readiness.waiter import WaitOptions
+from sglnode.readiness.waiter import wait_for_server as wait_until_ready
 from sglnode.topology.memory import topology_model
 from sglnode.topology.model import Server, Topology
 
@@ -42,7 +49,9 @@ class BenchSettings:
     duration_s: float = 60.0
     input_len: int = 256
     output_len: int = 128
-    targets: dict[str, float] = field(default_factory=dict)
+    # min_output_tok_s / max_ttft_p99_ms / max_itl_p99_ms: a number for every stage, or a mapping of
+    # concurrency to number (bench.checks); max_error_rate: a fraction.
+    targets: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -55,50 +64,57 @@ class RolloutSettings:
     timeout_s: float = 1800.0
     api_key: str | None = None
     bench: BenchSettings = field(default_factory=BenchSettings)
+    # Set on SIGINT/SIGTERM: every wait still running ends (and its log follower with it).
+    cancel: threading.Event = field(default_factory=threading.Event)
 
 
-def _sglnode(*args: str) -> list[str]:
-    return [sys.executable, "-m", "sglnode", *args]
-
-
-def _run_json(argv: list[str], timeout_s: float) -> tuple[int, dict[str, Any] | None, str]:
-    """Run an sglnode command that prints one JSON object; (exit code, object, stderr tail)."""
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
-    try:
-        payload = json.loads(proc.stdout) if proc.stdout.strip() else None
-    except json.JSONDecodeError:
-        payload = None
-    return proc.returncode, payload, proc.stderr[-2000:]
+def targets_from_settings(targets: dict[str, object]) -> Targets:
+    """The role's / validate's targets as bench.checks.Targets; ValueError names a bad one."""
+    unknown = set(targets) - {*THRESHOLD_FLAGS, "max_error_rate"}
+    if unknown:
+        raise ValueError(f"unknown target(s): {', '.join(sorted(unknown))}")
+    values: dict[str, object] = {
+        name: threshold_from_data(targets[name], name)
+        for name in THRESHOLD_FLAGS
+        if targets.get(name) is not None
+    }
+    if targets.get("max_error_rate") is not None:
+        rate = targets["max_error_rate"]
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+            raise ValueError(f"max_error_rate: a fraction between 0 and 1 (got {rate!r})")
+        values["max_error_rate"] = float(rate)
+    return Targets(**values)  # type: ignore[arg-type]
 
 
 def servers_on_node(topology: Topology, node: str) -> list[Server]:
     return [server for server in topology.servers if node in server.nodes]
 
 
-def wait_for_server(server: Server, settings: RolloutSettings) -> dict[str, Any]:
+def wait_for_one_server(server: Server, settings: RolloutSettings) -> dict[str, Any]:
     compose = settings.compose_dir / "compose.yaml"
     url = f"http://{settings.bind_address}:{server.port}"
-    argv = _sglnode(
-        "wait", "--url", url, "--compose-file", str(compose), "--service", server.name,
-        "--timeout", str(settings.timeout_s), "--json",
-    )  # fmt: skip
-    code, payload, stderr = _run_json(argv, settings.timeout_s + 60)
-    return {"server": server.name, "url": url, "exit_code": code, "result": payload, "stderr": stderr}
+    options = WaitOptions(
+        url=url,
+        follower=compose_follower(compose, server.name),
+        timeout_s=settings.timeout_s,
+        cancel=settings.cancel,
+    )
+    result = wait_until_ready(options)
+    return {"server": server.name, "url": url, "exit_code": result.exit_code, "result": result.to_json()}
 
 
 def wait_for_router(topology: Topology, settings: RolloutSettings) -> dict[str, Any]:
     url = f"http://{settings.bind_address}:{topology.router.port}"
     is_pd = any(server.role == "prefill" for server in topology.servers)
-    argv = _sglnode("wait", "--url", url, "--timeout", str(settings.timeout_s), "--json")
-    if is_pd:
-        argv.append("--pd")  # /health can stay 200 while KV transfer fails: one real generation
-    code, payload, stderr = _run_json(argv, settings.timeout_s + 60)
+    # /health can stay 200 while KV transfer fails: with PD, readiness is one real generation.
+    result = wait_until_ready(
+        WaitOptions(url=url, follower=None, timeout_s=settings.timeout_s, pd=is_pd, cancel=settings.cancel)
+    )
     return {
         "server": "router",
         "url": url,
-        "exit_code": code,
-        "result": payload,
-        "stderr": stderr,
+        "exit_code": result.exit_code,
+        "result": result.to_json(),
         "pd": is_pd,
     }
 
@@ -132,28 +148,39 @@ def aggregate_plan(topology: Topology, gpu: str, concurrencies: list[int]) -> di
 def run_bench(topology: Topology, settings: RolloutSettings, plan_path: Path | None) -> dict[str, Any]:
     bench = settings.bench
     out = settings.report_dir
-    argv = _sglnode(
-        "bench", "--url", f"http://{settings.bind_address}:{topology.router.port}",
-        "--api", bench.api, "--model", topology.model.served_name or topology.model.path,
-        "--concurrency", bench.concurrency, "--num-requests", str(bench.num_requests),
-        "--duration", str(bench.duration_s), "--input-len", str(bench.input_len),
-        "--output-len", str(bench.output_len), "--no-progress",
-        "--json", str(out / "bench.json"), "--plot", str(out / "bench.png"),
-    )  # fmt: skip
-    if plan_path:
-        argv += ["--plan", str(plan_path)]
-    if settings.api_key:
-        argv += ["--api-key", settings.api_key]
-    for flag, value in bench.targets.items():
-        argv += [f"--{flag.replace('_', '-')}", str(value)]
+    targets = targets_from_settings(bench.targets)
+    config = BenchConfig(
+        url=f"http://{settings.bind_address}:{topology.router.port}",
+        api=bench.api,
+        model=topology.model.served_name or topology.model.path,
+        api_key=settings.api_key,
+        concurrency=bench.concurrency,
+        num_requests=bench.num_requests,
+        duration_s=bench.duration_s,
+        input_len=bench.input_len,
+        output_len=bench.output_len,
+        progress=False,
+        json_path=out / "bench.json",
+        plot_path=out / "bench.png" if plot_available() else None,
+        plan_path=plan_path,
+        targets=targets,
+    )
+    table = io.StringIO()
     started = time.monotonic()
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    report = json.loads((out / "bench.json").read_text()) if (out / "bench.json").exists() else None
+    try:
+        code, report = run_session(config, stdout=table)
+    except BenchConfigError as exc:
+        return {
+            "exit_code": EXIT_USAGE,
+            "elapsed_s": 0.0,
+            "table": f"bench not run: {exc}\n",
+            "report": None,
+            "plot": None,
+        }
     return {
-        "exit_code": proc.returncode,
+        "exit_code": code,
         "elapsed_s": round(time.monotonic() - started, 1),
-        "table": proc.stdout,
-        "stderr": proc.stderr[-2000:],
+        "table": table.getvalue(),
         "report": report,
         "plot": str(out / "bench.png") if (out / "bench.png").exists() else None,
     }
@@ -170,8 +197,25 @@ def run_rollout_check(
     node = settings.node or topology.nodes[0].name
     servers = servers_on_node(topology, node)
     # All at once: the servers start together, and each watcher diagnoses its own crash at once.
-    with ThreadPoolExecutor(max_workers=max(len(servers), 1)) as pool:
-        waits = list(pool.map(lambda server: wait_for_server(server, settings), servers))
+    pool = ThreadPoolExecutor(max_workers=max(len(servers), 1))
+    try:
+        waits = list(pool.map(lambda server: wait_for_one_server(server, settings), servers))
+    except Interrupted as signal_:  # end every wait (and its `docker compose logs -f`), then report
+        settings.cancel.set()
+        pool.shutdown(wait=True)
+        outcome: dict[str, Any] = {
+            "topology": topology.name,
+            "node": node,
+            "waits": [],
+            "bench": None,
+            "plan": None,
+            "interrupted": signal_.name,
+            "exit_code": signal_exit_code(signal_.name),
+            "simulated": simulated_runtime,
+        }
+        _write_reports(settings, outcome)
+        return outcome
+    pool.shutdown(wait=True)
     outcome = {"topology": topology.name, "node": node, "waits": waits, "bench": None, "plan": None}
     failed = [w for w in waits if w["exit_code"] != EXIT_OK]
     if not failed and topology.router.node == node:
@@ -189,12 +233,22 @@ def run_rollout_check(
             plan_path.write_text(json.dumps(plan, indent=2) + "\n")
         outcome["plan"] = plan
         outcome["bench"] = run_bench(topology, settings, plan_path)
-        # A crashed or unready server keeps `sglnode wait`'s own exit code (2, 3, 4) above.
-        outcome["exit_code"] = EXIT_OK if outcome["bench"]["exit_code"] == 0 else EXIT_FAILED
+        # A crashed or unready server keeps `sglnode wait`'s own exit code (2, 3, 4) above; an
+        # interrupted bench its 130/143, a refused configuration 64.
+        bench_code = outcome["bench"]["exit_code"]
+        outcome["exit_code"] = (
+            bench_code
+            if bench_code in (EXIT_USAGE, 130, 143)
+            else (EXIT_OK if bench_code == 0 else EXIT_FAILED)
+        )
     outcome["simulated"] = simulated_runtime or _bench_saw_simulator(outcome["bench"])
+    _write_reports(settings, outcome)
+    return outcome
+
+
+def _write_reports(settings: RolloutSettings, outcome: dict[str, Any]) -> None:
     (settings.report_dir / "report.json").write_text(json.dumps(outcome, indent=2, default=str) + "\n")
     (settings.report_dir / "report.md").write_text(render_report(outcome))
-    return outcome
 
 
 def _log_time(text: str) -> datetime | None:
@@ -233,7 +287,7 @@ def _timeline(wait: dict[str, Any]) -> str:
 def _diagnosis(wait: dict[str, Any]) -> list[str]:
     diagnosis = (wait.get("result") or {}).get("diagnosis")
     if not diagnosis:
-        return [f"  no diagnosis; stderr: {wait['stderr'].strip()[-500:]}"] if wait["exit_code"] else []
+        return ["  no diagnosis (nothing in the log named a cause)"] if wait["exit_code"] else []
     lines = [
         f"  cause: {diagnosis['cause']}"
         + (f" (phase {diagnosis['phase']})" if diagnosis.get("phase") else "")
@@ -268,5 +322,7 @@ def render_report(outcome: dict[str, Any]) -> str:
                 "Roofline from `sglnode plan` (an estimate, not a measurement) for "
                 f"{outcome['plan'].get('replicas_behind_router', 1)} decoding server(s)."
             )
+    if outcome.get("interrupted"):
+        lines += ["", f"Interrupted by {outcome['interrupted']} before the check finished."]
     lines += ["", f"Result: exit {outcome['exit_code']}", ""]
     return "\n".join(lines)

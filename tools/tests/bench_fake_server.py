@@ -45,6 +45,33 @@ class FakeServer:
     # the truth a client's TTFT is compared with (the server's own sleep may overshoot).
     first_token_sent: list[float] = field(default_factory=list)
     last_token_sent: list[float] = field(default_factory=list)
+    flushes: int = 0
+    # A radix-cache stand-in (never flushed, so reuse across stages shows even when the bench
+    # flushes): per generation request, how many leading prompt tokens an earlier prompt shared.
+    prompt_lengths: list[int] = field(default_factory=list)
+    prefix_hits: list[int] = field(default_factory=list)
+    _trie: dict = field(default_factory=dict)
+
+    @property
+    def cache_hits(self) -> int:
+        """Requests whose prompt began like an earlier one (at least one token in common)."""
+        return sum(1 for matched in self.prefix_hits if matched > 0)
+
+    def _count_prefix(self, body: dict) -> None:
+        prompt = body.get("input_ids") or body.get("prompt")
+        if prompt is None and body.get("messages"):
+            prompt = body["messages"][-1]["content"].split()
+        if not isinstance(prompt, list):
+            return  # the one-token "simulated?" probe sends text
+        node, matched, sharing = self._trie, 0, True
+        for token in prompt:
+            if sharing and token in node:
+                matched += 1
+            else:
+                sharing = False
+            node = node.setdefault(token, {})
+        self.prompt_lengths.append(len(prompt))
+        self.prefix_hits.append(matched)
 
     def __post_init__(self) -> None:
         self._loop = asyncio.new_event_loop()
@@ -99,12 +126,17 @@ class FakeServer:
                 self.requests_seen += 1
                 self.headers.append(head)
                 self.bodies.append(body)
+                self._count_prefix(body)
                 path = head.split(b" ")[1].decode()
                 keep = await self._respond(path, body, writer)
                 if not keep:
                     break
                 b = self.behaviour
-                streams = sum(1 for h in self.headers if b"/server_info" not in h and b"/metrics" not in h)
+                streams = sum(
+                    1
+                    for h in self.headers
+                    if b"/server_info" not in h and b"/metrics" not in h and b"/flush_cache" not in h
+                )
                 if b.die_after_requests is not None and streams >= b.die_after_requests:
                     self._die()
                     return
@@ -117,6 +149,12 @@ class FakeServer:
 
     async def _respond(self, path: str, body: dict, writer: asyncio.StreamWriter) -> bool:
         b = self.behaviour
+        if path == "/flush_cache":
+            text = "Cache flushed.\n"
+            self.flushes += 1
+            writer.write(f"HTTP/1.1 200 OK\r\nContent-Length: {len(text)}\r\n\r\n{text}".encode())
+            await writer.drain()
+            return True
         if path in ("/server_info", "/metrics"):
             text = (
                 json.dumps({"simulated": b.simulated})

@@ -1,11 +1,15 @@
 """`sglnode bench` end to end against loopback servers with injected behaviour."""
 
 import json
+import random
 from pathlib import Path
 
 import pytest
 from bench_fake_server import Behaviour, FakeServer
+from fake_sglang_http import FakeSGLang
 
+from sglnode.bench.loadgen import StageShare
+from sglnode.bench.target import flush_cache
 from sglnode.cli import main
 from sglnode.exitcodes import EXIT_USAGE
 
@@ -64,7 +68,13 @@ def test_check_mode_fails_on_a_missed_target(tmp_path, capsys):
 def test_check_mode_passes_when_targets_are_met(tmp_path):
     with FakeServer(Behaviour(ttft_s=0.01)) as server:
         code, report = bench(server, tmp_path, "--num-requests", "3", "--max-ttft-p99-ms", "1000")
-    assert code == 0 and report["checks"] == {"enabled": True, "passed": True, "failures": []}
+    assert code == 0
+    assert {k: report["checks"][k] for k in ("enabled", "passed", "failures")} == {
+        "enabled": True,
+        "passed": True,
+        "failures": [],
+    }
+    assert report["checks"]["targets"]["max_ttft_p99_ms"] == 1000.0
 
 
 def test_503s_are_counted_by_reason_and_fail_the_run(tmp_path):
@@ -151,9 +161,13 @@ def test_poisson_rate_mode_sends_the_request_budget(tmp_path):
         ["--max-error-rate", "2"],
     ],
 )
-def test_bad_usage_exits_2_before_sending_anything(extra, capsys):
-    assert main(["bench", "--url", "http://127.0.0.1:9", *extra]) == EXIT_USAGE
-    assert "sglnode bench:" in capsys.readouterr().err
+def test_bad_usage_exits_64_before_sending_anything(extra, capsys):
+    try:
+        code = main(["bench", "--url", "http://127.0.0.1:9", *extra])
+    except SystemExit as exit_:  # refused by the argument parser itself
+        code = exit_.code
+    assert code == EXIT_USAGE
+    assert "sglnode bench" in capsys.readouterr().err
 
 
 def test_early_stop_without_usage_counts_arrived_tokens_and_warns(tmp_path, capsys):
@@ -167,3 +181,76 @@ def test_early_stop_without_usage_counts_arrived_tokens_and_warns(tmp_path, caps
     assert stage["tokens"]["source"] == {"arrived": 4} and stage["tokens"]["short_of_requested"] == 4
     out = capsys.readouterr().out
     assert "stopped before the requested 50 tokens" in out and "counted from the chunks" in out
+
+
+# --- issue 13: no prefix-cache hits unless asked for -----------------------------------------
+@pytest.mark.parametrize("api", ["generate", "completions", "chat"])
+def test_every_request_of_a_run_has_its_own_prompt_across_warmup_stages_and_workers(tmp_path, api):
+    with FakeServer(Behaviour()) as server:
+        out = tmp_path / "b.json"
+        argv = ["bench", "--url", server.url, "--api", api, "--json", str(out), "--no-progress"]
+        argv += ["--warmup", "3", "--concurrency", "1,2", "--num-requests", "6", "--workers", "2"]
+        argv += ["--input-len", "24", "--output-len", "4"]
+        assert main(argv) == 0
+        hits, lengths = list(server.prefix_hits), list(server.prompt_lengths)
+    assert len(lengths) == 3 + 6 + 6
+    assert hits == [0] * len(hits)  # not one request began like an earlier one
+    if api != "chat":
+        assert set(lengths) == {24}  # token-id prompts of exactly --input-len
+
+
+def test_the_shared_prefix_workload_is_the_only_way_to_get_cache_hits(tmp_path):
+    with FakeServer(Behaviour()) as server:
+        code, report = bench(
+            server,
+            tmp_path,
+            *("--workload", "shared-prefix", "--prefix-len", "8", "--prefix-groups", "2"),
+            *("--input-len", "20", "--num-requests", "10", "--output-len", "2"),
+        )
+        hits = list(server.prefix_hits)
+    assert code == 0 and report["config"]["workload"] == "shared-prefix"
+    assert hits[:2] == [0, 0]  # the first request of each group fills the cache
+    assert hits[2:] == [8] * 8  # every later one reuses exactly its group's prefix
+
+
+def test_the_prefix_cache_is_flushed_before_every_stage_and_the_report_says_so(tmp_path):
+    with FakeServer(Behaviour()) as server:
+        _, report = bench(server, tmp_path, "--concurrency", "1,2", "--num-requests", "2")
+        flushes = server.flushes
+    assert flushes == 2
+    assert [s["cache_flush"]["ok"] for s in report["stages"]] == [True, True]
+
+
+def test_a_server_without_flush_cache_is_reported_not_fatal(tmp_path):
+    with FakeServer(Behaviour()) as server:
+        code, report = bench(server, tmp_path, "--num-requests", "2", "--no-flush-cache")
+        assert server.flushes == 0
+    assert code == 0 and report["stages"][0]["cache_flush"] is None
+    with FakeSGLang({}) as nothing:  # answers 404 everywhere
+        result = flush_cache(nothing.url, None)
+    assert result["ok"] is False and result["status"] == 404
+
+
+def test_gamma_arrivals_keep_the_mean_rate_and_burstiness_needs_a_rate(tmp_path, capsys):
+    share = StageShare(None, 50.0, 4000, 60.0, seed=3, burstiness=0.25)
+    rng = random.Random(share.seed)
+    gaps = [rng.gammavariate(share.burstiness, 1 / (share.rate * share.burstiness)) for _ in range(4000)]
+    mean = sum(gaps) / len(gaps)
+    cv = (sum((g - mean) ** 2 for g in gaps) / len(gaps)) ** 0.5 / mean
+    assert mean == pytest.approx(1 / 50.0, rel=0.15)
+    assert cv == pytest.approx(2.0, rel=0.15)  # gamma shape k: coefficient of variation 1/sqrt(k)
+    with FakeServer(Behaviour()) as server:
+        code, report = bench(
+            server,
+            tmp_path,
+            "--request-rate",
+            "200",
+            "--burstiness",
+            "0.5",
+            "--num-requests",
+            "8",
+            "--output-len",
+            "2",
+        )
+    assert code == 0 and report["config"]["burstiness"] == 0.5
+    assert main(["bench", "--url", "http://127.0.0.1:9", "--burstiness", "0.5"]) == EXIT_USAGE

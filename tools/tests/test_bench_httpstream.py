@@ -5,7 +5,7 @@ import asyncio
 import pytest
 from bench_fake_server import Behaviour, FakeServer
 
-from sglnode.bench.apis import API_MARKERS, API_PATHS, BodyOptions, build_body
+from sglnode.bench.apis import API_PATHS, BodyOptions, build_body
 from sglnode.bench.httpstream import StreamClient, StreamProtocol
 from sglnode.bench.records import GapSink
 
@@ -24,7 +24,7 @@ def _run(server, api="generate", n=1, output_len=16, stall_s=5.0):
     """n sequential requests on one client slot; returns (records, itl sink, chunk-gap sink)."""
 
     async def go():
-        client = StreamClient("127.0.0.1", server.port, API_MARKERS[api], connect_timeout_s=2)
+        client = StreamClient("127.0.0.1", server.port, api, connect_timeout_s=2)
         itl, gaps = GapSink(), GapSink()
         records = []
         for _ in range(n):
@@ -136,7 +136,7 @@ def test_connection_refused_is_a_connect_failure():
         port = server.port
 
     async def go():
-        client = StreamClient("127.0.0.1", port, API_MARKERS["generate"], connect_timeout_s=2)
+        client = StreamClient("127.0.0.1", port, "generate", connect_timeout_s=2)
         return await client.request(b"POST / HTTP/1.1\r\n\r\n", 4, GapSink(), GapSink())
 
     record, connect_failed = asyncio.run(go())
@@ -163,7 +163,7 @@ def _chunked(events, eol="\n"):
     for event in events:
         data = f"data: {event}{eol}{eol}".encode()
         body += f"{len(data):x}\r\n".encode() + data + b"\r\n"
-    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
     return head + body + b"0\r\n\r\n"
 
 
@@ -171,9 +171,9 @@ def _feed(response, piece, api="completions"):
     """Feed a raw response to a protocol `piece` bytes at a time; return (error, protocol)."""
 
     async def go():
-        proto = StreamProtocol(API_MARKERS[api])
+        proto = StreamProtocol(api)
         proto.connection_made(_Transport())
-        waiter = proto.begin(asyncio.get_running_loop(), b"GET / HTTP/1.1\r\n\r\n")
+        waiter = proto.begin(asyncio.get_running_loop(), b"GET / HTTP/1.1\r\n\r\n", 16)
         for i in range(0, len(response), piece):
             proto.data_received(response[i : i + piece])
         error, _ = await asyncio.wait_for(waiter, 1)
@@ -197,14 +197,14 @@ def test_any_split_of_the_byte_stream_gives_the_same_counts(piece):
     assert error is None
     assert sum(proto.tokens) == 2 and sum(proto.chunks) == 2
     assert proto.reported == 2 and proto.prompt_tokens == 3
-    # Counts only in the final usage chunk: per-chunk counting, unless it all came in one read.
-    assert proto.counted is (piece >= len(_chunked(STREAM)))
+    # Counts only in the final usage chunk: each text event counts one token, however it was split.
+    assert proto.counted is False
 
 
 def test_an_error_event_in_the_stream_fails_the_request():
     events = [STREAM[0], '{"error":{"message":"boom"}}', "[DONE]"]
     error, _ = _feed(_chunked(events), 10_000)
-    assert error.startswith('error_event: "error":{"message":"boom"}')
+    assert error == 'error_event: {"message": "boom"}'
 
 
 def test_an_abort_finish_reason_fails_the_request():
@@ -222,3 +222,84 @@ def test_a_stream_that_ends_without_done_is_incomplete():
 def test_crlf_delimited_events_are_read_too(piece):
     error, proto = _feed(_chunked(STREAM, eol="\r\n"), piece)
     assert error is None and sum(proto.tokens) == 2 and proto.reported == 2
+
+
+# --- issue 16: a response counts only when it is well-formed SSE of the API's shape -----------
+def _raw(body, content_type=b"text/event-stream", framing="length"):
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: " + content_type + b"\r\n"
+    if framing == "length":
+        return head + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    return head + b"Connection: close\r\n\r\n" + body
+
+
+LAX_BAIT = b'"text":"x" "completion_tokens":999999\n\ndata: [DONE]\n\n'
+GOOD_GENERATE = [
+    '{"text":"a","meta_info":{"completion_tokens":1,"prompt_tokens":3}}',
+    '{"text":"ab","meta_info":{"completion_tokens":2,"prompt_tokens":3}}',
+    "[DONE]",
+]
+
+
+@pytest.mark.parametrize(
+    ("response", "reason"),
+    [
+        (_raw(LAX_BAIT, b"text/html"), "not_sse"),
+        (_raw(LAX_BAIT), "bad_sse_framing"),
+        (_raw(b"data: {not json}\n\ndata: [DONE]\n\n"), "bad_event"),
+        (_raw(b'data: {"text":"a"}\n\ndata: [DONE]\n\n'), "bad_event"),  # no meta_info
+        (_raw(b"data: " + b"[" * 100_000 + b"\n\ndata: [DONE]\n\n"), "bad_event"),  # too deep
+        (
+            _raw(b'data: {"text":"a","meta_info":{"completion_tokens":999999}}\n\ndata: [DONE]\n\n'),
+            "over_requested",
+        ),
+        (
+            _raw(b'data: {"text":"","meta_info":{"completion_tokens":5}}\n\ndata: [DONE]\n\n'),
+            "tokens_without_events",
+        ),
+        (_raw(b'data: {"text":"a","meta_info":{"completion_tokens":1}}\n\n'), "stream_ended_without_done"),
+        (
+            _raw(
+                b'data: {"text":"a","meta_info":{"completion_tokens":1}}\n\ndata: [DONE]\n\ndata: [DONE]\n\n'
+            ),
+            "after data: [DONE]",
+        ),
+        (
+            _raw(b'data: {"text":"a","meta_info":{"completion_tokens":1}}\n\ndata: [DONE]\n\ndata: {"te'),
+            "inside an event",
+        ),
+        (
+            _raw(b'event: x\ndata: {"text":"a","meta_info":{"completion_tokens":1}}\n\ndata: [DONE]\n\n'),
+            "not a data: line",
+        ),
+        (
+            _raw(
+                b'data: {"text":"a","meta_info":{"completion_tokens":2}}\n\n'
+                b'data: {"text":"ab","meta_info":{"completion_tokens":1}}\n\ndata: [DONE]\n\n'
+            ),
+            "went down",
+        ),
+    ],
+)
+@pytest.mark.parametrize("piece", [5, 100_000])
+def test_a_malformed_response_is_never_ok(response, reason, piece):
+    error, _proto = _feed(response, piece, api="generate")
+    assert error is not None and reason in error
+
+
+def test_the_strict_parser_still_accepts_sglangs_own_stream_in_any_split():
+    for piece in (1, 4, 1000):
+        error, proto = _feed(_chunked(GOOD_GENERATE), piece, api="generate")
+        assert error is None
+        assert sum(proto.tokens) == 2 and proto.reported == 2 and proto.counted
+
+
+def test_comment_lines_and_data_without_a_space_are_sse_too():
+    body = b': keep-alive\n\ndata:{"text":"a","meta_info":{"completion_tokens":1}}\n\ndata: [DONE]\n\n'
+    error, proto = _feed(_raw(body), 3, api="generate")
+    assert error is None and proto.reported == 1
+
+
+def test_a_close_delimited_stream_is_parsed_as_strictly():
+    error, _ = _feed(_raw(LAX_BAIT, framing="close"), 7, api="generate")
+    # the feed ends without a close here; the malformed framing alone must already fail it
+    assert error is not None and "bad_sse_framing" in error

@@ -3,7 +3,7 @@ import json
 import pytest
 from fake_sglang_http import FakeSGLang, closed_port_url
 
-from sglnode.client import PING_REQUEST, Readiness, SGLangClient, parse_metrics
+from sglnode.readiness.client import PING_REQUEST, Readiness, SGLangClient, parse_metrics
 
 
 def test_health_generate_503_then_200_moves_from_starting_to_ready():

@@ -303,3 +303,24 @@ def test_equal_priority_across_files_picks_the_one_fed_first():
     diagnoser.feed(LogLine(7, "RuntimeError: CUDA error: out of memory", source="z-rank0.log"))
     diagnoser.feed(LogLine(1, "torch.OutOfMemoryError: CUDA out of memory.", source="a-rank1.log"))
     assert diagnoser.best_hit().line.source == "z-rank0.log"
+
+
+@pytest.mark.parametrize(
+    ("lines", "opening"),
+    [
+        ([], "The log is empty"),
+        (
+            ["[2026-11-29 09:00:00 TP0] Load weight begin. avail mem=93.61 GB"],
+            "does not show the server going down",
+        ),
+        (
+            ["[2026-11-29 09:00:00] kill_process_tree called: parent_pid=7, include_parent=True, pid=7"],
+            "the server was killed",
+        ),
+    ],
+)
+def test_unknown_says_what_the_log_shows_not_always_a_kill(lines, opening):
+    diagnosis = diagnose_lines(numbered(lines))
+    assert diagnosis.cause == "unknown"
+    assert opening in diagnosis.notes[0]
+    assert sum("killed without" in note for note in diagnosis.notes) == (opening == "the server was killed")

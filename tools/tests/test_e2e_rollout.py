@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglnode.topology import RenderOptions, read_topology_file, render, validate
+from sglnode.topology import RenderOptions, check_topology, read_topology_file, render
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_TIMEOUT_S = 120
@@ -53,7 +53,7 @@ def pd_stack(tmp_path):
     data["servers"][0].update(port=prefill, bootstrap_port=bootstrap)
     data["servers"][1]["port"] = decode
     data["router"].update(port=router, prometheus_port=prometheus)
-    topology, problems = validate(data)
+    topology, problems = check_topology(data)
     assert problems == []
     for item in render(topology, options):
         path = tmp_path / item.path.lstrip("/")

@@ -10,7 +10,7 @@ from datetime import datetime
 
 import pytest
 
-from sglnode import loglines
+from sglnode.readiness import loglines
 from sglnode.upstream import catalog
 
 STAMP = datetime(2026, 11, 29, 9, 0, 0)

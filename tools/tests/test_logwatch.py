@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from docker_available import BASE_IMAGE, docker_image_ready
 
-from sglnode import logwatch
-from sglnode.logwatch import CommandFollower, ExitInfo, FileFollower
+from sglnode.readiness import logwatch
+from sglnode.readiness.logwatch import CommandFollower, ExitInfo, FileFollower
 
 COLLECT_TIMEOUT_S = 5.0
 

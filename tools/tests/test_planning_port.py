@@ -16,13 +16,14 @@ import pytest
 
 from sglnode.planning import sglang_memory
 from sglnode.planning.planner import plan_server, resolve_model
-from sglnode.planning.presets import GpuSpec
+from sglnode.planning.presets import GpuSpec, load_gpu
 from sglnode.planning.sglang_memory import GIB, cell_bytes, default_pool_tokens
 from sglnode.topology.model import Server, Speculative
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools" / "oracle"))
 import matrix  # noqa: E402  (tools/oracle is not a package: it runs inside the image)
+import node_double  # noqa: E402
 
 SNAPSHOT = Path(__file__).parent / "fixtures" / "oracle" / "sglang-0.5.23-memory.jsonl"
 PRESET_OF = {
@@ -153,3 +154,11 @@ def test_preset_sglang_facts_are_what_upstream_resolved(hf_dir):
             rings = {int(k): v for k, v in row["kv"]["dsv4"]["ring_sizes"].items()}
             speculative = bool(row["resolved"]["speculative_algorithm"])
             assert rings == dict(pool.rings(speculative))
+
+
+def test_the_node_double_is_the_hardware_preset():
+    # tools/oracle runs inside the image without sglnode: its GPU facts are copies, held to the preset.
+    gpu = load_gpu("rtx-pro-6000-blackwell")
+    assert gpu.device_name == node_double.GPU_NAME
+    assert gpu.memory_mib == node_double.GPU_MIB
+    assert tuple(int(x) for x in gpu.compute_capability.split(".")) == node_double.CAPABILITY

@@ -1,12 +1,13 @@
 """sglnode.rollout: the readiness timeline, the roofline the bench is held to, and the report."""
 
+import json
 from pathlib import Path
 
 import pytest
 
 from sglnode.planning.planner import plan_server
-from sglnode.rollout import aggregate_plan, render_report, startup_timeline
-from sglnode.topology import read_topology_file, validate
+from sglnode.rollout import aggregate_plan, render_report, startup_timeline, targets_from_settings
+from sglnode.topology import check_topology, read_topology_file
 from sglnode.topology.memory import topology_model
 
 TOPOLOGIES = Path(__file__).resolve().parents[2] / "inventory" / "topologies"
@@ -14,7 +15,7 @@ GPU = "rtx-pro-6000-blackwell"
 
 
 def _topology(name):
-    topology, problems = validate(read_topology_file(TOPOLOGIES / f"{name}.yml"))
+    topology, problems = check_topology(read_topology_file(TOPOLOGIES / f"{name}.yml"))
     assert problems == []
     return topology
 
@@ -103,3 +104,14 @@ def test_report_of_a_real_node_carries_no_simulation_label():
         {"topology": "tp8", "node": "local", "waits": [], "bench": None, "exit_code": 0, "simulated": False}
     )
     assert "SIMULATED" not in text
+
+
+def test_targets_as_the_role_sends_them_are_per_concurrency():
+    # Ansible's to_json turns the mapping's integer keys into strings.
+    targets = targets_from_settings(
+        json.loads('{"max_error_rate": 0.0, "min_output_tok_s": {"1": 100, "4": 300, "16": 600}}')
+    )
+    assert targets.min_output_tok_s == {1.0: 100.0, 4.0: 300.0, 16.0: 600.0}
+    for bad in ({"min_output_tok_s": "nan"}, {"max_error_rate": 2}, {"min_tok_s": 1}):
+        with pytest.raises(ValueError):
+            targets_from_settings(bad)

@@ -4,11 +4,11 @@ import io
 
 import pytest
 
-from sglnode import loglines
 from sglnode.cli import main
 from sglnode.diagnosis.diagnose import diagnose_lines, numbered
 from sglnode.planning.planner import PHASE_CUDA_GRAPH, PHASE_KV_CACHE, PHASE_WEIGHTS
-from sglnode.progress import ProgressTracker, Stage
+from sglnode.readiness import loglines
+from sglnode.readiness.startup import ProgressTracker, Stage
 from sglnode.sim.config import SimConfig, SimConfigError, build_config, parse_faults
 from sglnode.sim.engine import SimEngine
 from sglnode.sim.flags import build_sglang_parser, load_flag_table, strip_launcher

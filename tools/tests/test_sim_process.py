@@ -15,8 +15,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from sglnode import loglines
 from sglnode.diagnosis.diagnose import diagnose_lines, numbered
+from sglnode.readiness import loglines
 
 START_TIMEOUT_S = 30
 BOOTSTRAP_RE = re.compile(r"bootstrap server listening on [\d.]+:(?P<port>\d+)")

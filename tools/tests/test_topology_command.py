@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from sglnode.cli import main
-from sglnode.topology import RenderOptions, read_topology_file, render, validate
+from sglnode.topology import RenderOptions, check_topology, read_topology_file, render
 
 REPO = Path(__file__).resolve().parents[2]
 PD = REPO / "inventory" / "topologies" / "pd-1p1d.yml"
@@ -80,13 +80,16 @@ def test_render_writes_exactly_what_render_returns_with_modes(tmp_path):
         == 0
     )
     expected = render(
-        validate(read_topology_file(PD))[0], RenderOptions(runtime="sim", bind_address="10.9.8.7")
+        check_topology(read_topology_file(PD))[0], RenderOptions(runtime="sim", bind_address="10.9.8.7")
     )
     for f in expected:
         target = out / f.path
         assert target.read_text() == f.content
         assert stat.S_IMODE(target.stat().st_mode) == int(f.mode, 8)
-    assert len([p for p in out.rglob("*") if p.is_file()]) == len(expected)
+    written = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    assert written == {f.path for f in expected} | {".sglnode-render.json"}
+    manifest = json.loads((out / ".sglnode-render.json").read_text())
+    assert set(manifest["files"]) == {f.path for f in expected}
 
 
 def test_render_refuses_invalid_topology_and_writes_nothing(tmp_path, capsys):

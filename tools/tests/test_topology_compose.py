@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sglnode.topology import RenderOptions, read_topology_file, render, validate
+from sglnode.topology import RenderOptions, check_topology, read_topology_file, render
 
 pytestmark = pytest.mark.docker
 
@@ -46,7 +46,7 @@ def compose_config(directory, *files):
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
 def test_compose_config_accepts_real_and_sim_for_every_node(path, tmp_path):
-    topology, problems = validate(read_topology_file(path))
+    topology, problems = check_topology(read_topology_file(path))
     assert problems == []
     for node in topology.node_names:
         root = write(render(topology, RenderOptions(node=node, api_key=True)), tmp_path / node)
@@ -66,7 +66,7 @@ def test_compose_config_check_rejects_a_broken_file(tmp_path):
 
 
 def test_simulated_runtime_drops_gpus_host_ipc_and_memlock_but_keeps_the_command(tmp_path):
-    topology, problems = validate(read_topology_file(REPO / "inventory" / "topologies" / "pd-1p1d.yml"))
+    topology, problems = check_topology(read_topology_file(REPO / "inventory" / "topologies" / "pd-1p1d.yml"))
     assert problems == []
     root = write(render(topology, RenderOptions(runtime="sim")), tmp_path)
     directory = root / "etc" / "sglang" / topology.name

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglnode.topology import RenderOptions, read_topology_file, render, validate
+from sglnode.topology import RenderOptions, check_topology, read_topology_file, render
+from sglnode.topology.render import JIT_CACHE_PATH
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGIES = REPO / "inventory" / "topologies"
@@ -16,7 +17,7 @@ SHIPPED = sorted(TOPOLOGIES.glob("*.yml"))
 
 
 def rendered(name, **options):
-    topology, problems = validate(read_topology_file(TOPOLOGIES / f"{name}.yml"))
+    topology, problems = check_topology(read_topology_file(TOPOLOGIES / f"{name}.yml"))
     assert problems == []
     return {f.path: f for f in render(topology, RenderOptions(**options))}
 
@@ -40,15 +41,11 @@ def test_pd_renders_env_files_compose_and_unit_with_modes():
     }
 
 
-def test_env_file_has_the_pcie_block_and_a_comment_before_every_line():
-    text = rendered("pd-1p1d")["etc/sglang/pd-1p1d/prefill0.env"].content
-    env = env_lines(text)
-    assert env == {
-        "NCCL_ALGO": "Ring",
-        "NCCL_PROTO": "LL",
-        "NCCL_P2P_LEVEL": "SYS",
-        "NCCL_MIN_NCHANNELS": "4",
-        "NCCL_MAX_NCHANNELS": "16",
+def test_env_file_leaves_algorithm_protocol_and_p2p_level_to_nccl_by_default():
+    # Issue 13: NCCL's docs file NCCL_ALGO/NCCL_PROTO under "Debugging"; forcing them froze NCCL's
+    # per-size choice (LL halves the bandwidth of prefill-size all-reduces).
+    text = rendered("tp8")["etc/sglang/tp8/tp8.env"].content
+    assert env_lines(text) == {
         "NCCL_IB_DISABLE": "1",
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "NCCL_CUMEM_ENABLE": "0",
@@ -58,6 +55,103 @@ def test_env_file_has_the_pcie_block_and_a_comment_before_every_line():
     for index, line in enumerate(lines):
         if line and not line.startswith("#"):
             assert lines[index - 1].startswith("# "), f"no why-comment above {line}"
+
+
+def test_field_pcie_block_is_a_profile_a_topology_opts_into():
+    data = read_topology_file(TOPOLOGIES / "tp8.yml")
+    data["nccl_profile"] = "field-pcie-block"
+    topology, problems = check_topology(data)
+    assert problems == []
+    text = next(f.content for f in render(topology) if f.path.endswith("tp8.env"))
+    env = env_lines(text)
+    assert {k: env[k] for k in ("NCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_LEVEL")} == {
+        "NCCL_ALGO": "Ring",
+        "NCCL_PROTO": "LL",
+        "NCCL_P2P_LEVEL": "SYS",
+    }
+    assert env["NCCL_MIN_NCHANNELS"] == "4" and env["NCCL_MAX_NCHANNELS"] == "16"
+    assert "# field-pcie-block: decode all-reduces are small" in text
+
+
+def test_one_server_can_opt_into_a_profile_and_a_misspelled_profile_is_refused():
+    data = read_topology_file(TOPOLOGIES / "pd-1p1d.yml")
+    data["servers"][1]["nccl_profile"] = "field-pcie-block"
+    topology, problems = check_topology(data)
+    assert problems == []
+    files = {f.path: f.content for f in render(topology)}
+    assert env_lines(files["etc/sglang/pd-1p1d/decode0.env"])["NCCL_PROTO"] == "LL"
+    assert "NCCL_PROTO" not in env_lines(files["etc/sglang/pd-1p1d/prefill0.env"])
+    data["nccl_profile"] = "field-pcie-blok"
+    problems = check_topology(data)[1]
+    assert [str(p) for p in problems] == [
+        "topology.nccl_profile: 'field-pcie-blok' is not an NCCL profile of sglnode/topology/nccl.yaml; "
+        "did you mean 'field-pcie-block'?"
+    ]
+
+
+def test_p2p_level_follows_what_preflight_read_not_a_blanket_sys():
+    env = env_lines(rendered("tp8", p2p_level="PHB")["etc/sglang/tp8/tp8.env"].content)
+    assert env["NCCL_P2P_LEVEL"] == "PHB"
+    data = read_topology_file(TOPOLOGIES / "tp8.yml")
+    data["nccl_profile"] = "field-pcie-block"
+    topology, _ = check_topology(data)
+    text = next(f.content for f in render(topology, RenderOptions(p2p_level="PXB")) if f.kind == "nccl_env")
+    assert env_lines(text)["NCCL_P2P_LEVEL"] == "PXB"  # measured beats the profile's SYS
+    with pytest.raises(ValueError, match="p2p_level 'FAST' is not one of LOC, NVL, PIX, PXB, PHB, SYS"):
+        RenderOptions(p2p_level="FAST")
+
+
+def test_pd_servers_get_the_ucx_transports_for_cuda_ipc_kv_transfer():
+    files = rendered("pd-1p1d")
+    for server in ("prefill0", "decode0"):
+        text = files[f"etc/sglang/pd-1p1d/{server}.env"].content
+        transports = env_lines(text)["UCX_TLS"].split(",")
+        assert transports[:2] == ["cuda_ipc", "cuda_copy"] and "tcp" in transports
+        assert "# KV transfer (NIXL on UCX): cuda_ipc copies GPU to GPU" in text
+    assert "UCX_TLS" not in env_lines(rendered("tp8")["etc/sglang/tp8/tp8.env"].content)
+    unsafe = env_lines(rendered("pd-1p1d", p2p_safe=False)["etc/sglang/pd-1p1d/decode0.env"].content)
+    assert "cuda_ipc" not in unsafe["UCX_TLS"].split(",")  # ACS/IOMMU: no peer-to-peer of any kind
+    ib = env_lines(rendered("pd-1p1d", infiniband=True)["etc/sglang/pd-1p1d/decode0.env"].content)
+    assert "rc" in ib["UCX_TLS"].split(",")
+
+
+def test_pd_containers_see_every_gpu_and_pick_theirs_by_base_gpu_id():
+    services = compose(rendered("pd-1p1d"))["services"]
+    for name, base in (("prefill0", "0"), ("decode0", "4")):
+        service = services[name]
+        devices = service["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"]
+        assert devices == [str(g) for g in range(8)]  # CUDA IPC reaches the other side's GPUs
+        assert service["ipc"] == "host"  # CUDA IPC handles need one IPC namespace
+        command = service["command"]
+        assert command[command.index("--base-gpu-id") + 1] == base
+        assert command[command.index("--gpu-id-step") + 1] == "1"
+    replicas = compose(rendered("tp4x2"))["services"]
+    assert replicas["replica1"]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == [
+        "4",
+        "5",
+        "6",
+        "7",
+    ]
+    assert "--base-gpu-id" not in replicas["replica1"]["command"]
+
+
+def test_pd_gpus_that_base_and_step_cannot_name_are_refused_and_args_cannot_set_them():
+    data = read_topology_file(TOPOLOGIES / "pd-1p1d.yml")
+    data["servers"][1]["gpus"] = [4, 5, 7, 6]
+    data["servers"][0]["args"] = {"gpu_id_step": 2}
+    wheres = {str(p) for p in check_topology(data)[1]}
+    assert any(w.startswith("server decode0.gpus: [4, 5, 7, 6]: a PD server's container") for w in wheres)
+    assert (
+        "server prefill0.args.gpu_id_step: --gpu-id-step comes from the topology field gpus (step)" in wheres
+    )
+    data["servers"][1]["gpus"] = [4, 6]
+    data["servers"][1]["tp"] = 2
+    topology, problems = check_topology(
+        data | {"servers": [data["servers"][0] | {"args": {}}, data["servers"][1]]}
+    )
+    assert problems == []
+    command = yaml.safe_load(render(topology)[2].content)["services"]["decode0"]["command"]
+    assert command[command.index("--gpu-id-step") + 1] == "2"
 
 
 def test_p2p_unsafe_node_gets_p2p_disable_and_no_custom_all_reduce():
@@ -80,30 +174,23 @@ def test_topology_then_server_overrides_win_and_say_so():
     data = read_topology_file(TOPOLOGIES / "pd-1p1d.yml")
     data["nccl"] = {"NCCL_DEBUG": "INFO", "NCCL_PROTO": "Simple"}
     data["servers"][0]["nccl"] = {"NCCL_PROTO": "LL128"}
-    topology, problems = validate(data)
+    topology, problems = check_topology(data)
     assert problems == []
     files = {f.path: f.content for f in render(topology)}
     prefill = files["etc/sglang/pd-1p1d/prefill0.env"]
     assert env_lines(prefill)["NCCL_PROTO"] == "LL128"
     assert env_lines(prefill)["NCCL_DEBUG"] == "INFO"
-    assert "# Set by the server prefill0 (nccl:); the PCIe default is" in prefill
+    assert "# Set by the server prefill0 (nccl:); the default here is" in prefill
     assert env_lines(files["etc/sglang/pd-1p1d/decode0.env"])["NCCL_PROTO"] == "Simple"
 
 
 def test_compose_pins_gpus_binds_ports_to_the_bind_address_and_mounts_model_read_only():
     services = compose(rendered("pd-1p1d", bind_address="10.1.2.3"))["services"]
     prefill = services["prefill0"]
-    device = prefill["deploy"]["resources"]["reservations"]["devices"][0]
-    assert device["device_ids"] == ["0", "1", "2", "3"]
-    assert services["decode0"]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == [
-        "4",
-        "5",
-        "6",
-        "7",
-    ]
+    assert prefill["command"][prefill["command"].index("--base-gpu-id") + 1] == "0"
     assert prefill["ports"] == ["10.1.2.3:30001:30001"]
     assert services["router"]["ports"] == ["10.1.2.3:30000:30000", "10.1.2.3:29000:29000"]
-    assert prefill["volumes"] == ["/srv/models/DeepSeek-V4-Flash:/models/DeepSeek-V4-Flash:ro"]
+    assert prefill["volumes"][0] == "/srv/models/DeepSeek-V4-Flash:/models/DeepSeek-V4-Flash:ro"
     assert prefill["ipc"] == "host" and prefill["init"] is True
     assert prefill["ulimits"]["memlock"] == {"soft": -1, "hard": -1}
     assert prefill["healthcheck"]["start_period"] == "1800s"
@@ -111,9 +198,33 @@ def test_compose_pins_gpus_binds_ports_to_the_bind_address_and_mounts_model_read
     assert prefill["env_file"] == ["./prefill0.env"]
 
 
+def test_jit_caches_persist_in_one_volume_per_image():
+    document = compose(rendered("pd-1p1d"))
+    for name in ("prefill0", "decode0"):
+        assert "sglang-jit:/var/cache/sglang-jit" in document["services"][name]["volumes"]
+    assert "volumes" not in document["services"]["router"]
+    volume = document["volumes"]["sglang-jit"]["name"]
+    assert volume == "sglang-jit-sglang-sm120-0.5.23-cu130-torch2.14.1"
+    # Another image (new lock, new torch) never loads the old image's compiled modules.
+    other = compose(rendered("pd-1p1d", sglang_image="sglang-sm120:0.5.23-cu130-torch2.14.1-abc123"))
+    assert other["volumes"]["sglang-jit"]["name"] != volume
+
+
+def test_jit_cache_path_is_the_one_the_image_sets():
+    dockerfile = (REPO / "images" / "sglang" / "Dockerfile").read_text(encoding="utf-8")
+    assert f"SGLNODE_JIT_CACHE={JIT_CACHE_PATH}" in dockerfile
+    for variable in (
+        "TRITON_CACHE_DIR",
+        "FLASHINFER_WORKSPACE_BASE",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "TORCH_EXTENSIONS_DIR",
+    ):
+        assert f"{variable}={JIT_CACHE_PATH}/" in dockerfile, variable
+
+
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
 def test_no_port_is_ever_published_on_all_interfaces(path):
-    topology, _ = validate(read_topology_file(path))
+    topology, _ = check_topology(read_topology_file(path))
     for node in topology.node_names:
         for f in render(topology, RenderOptions(node=node)):
             if f.path.endswith("compose.yaml"):
@@ -218,7 +329,7 @@ def test_render_is_deterministic():
 def test_args_render_sorted_switches_bare_and_false_left_out():
     data = read_topology_file(TOPOLOGIES / "tp8.yml")
     data["servers"][0]["args"] = {"log_level": "info", "enable_metrics": True, "disable_radix_cache": False}
-    topology, problems = validate(copy.deepcopy(data))
+    topology, problems = check_topology(copy.deepcopy(data))
     assert problems == []
     command = yaml.safe_load(render(topology)[1].content)["services"]["tp8"]["command"]
     assert command[-3:] == ["--enable-metrics", "--log-level", "info"]
@@ -230,7 +341,7 @@ SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 @pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze not installed")
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
 def test_units_pass_systemd_analyze_verify(path, tmp_path):
-    topology, _ = validate(read_topology_file(path))
+    topology, _ = check_topology(read_topology_file(path))
     docker = shutil.which("docker") or "/usr/bin/docker"
     if not Path(docker).exists():
         pytest.skip("docker binary needed for ExecStart")
@@ -256,3 +367,15 @@ def test_systemd_analyze_check_catches_a_broken_unit(tmp_path):
         [SYSTEMD_ANALYZE, "verify", str(target)], check=False, capture_output=True, text=True, timeout=60
     )
     assert result.stderr.strip() != ""
+
+
+def test_a_tuned_moe_config_cache_is_mounted_read_only_where_sglang_looks():
+    plain = compose(rendered("tp4x2"))["services"]["replica0"]
+    assert "environment" not in plain
+    tuned = compose(rendered("tp4x2", moe_config_dir="/var/lib/sglnode/moe-configs"))["services"]
+    for name in ("replica0", "replica1"):
+        assert "/var/lib/sglnode/moe-configs:/opt/sglnode/moe-configs:ro" in tuned[name]["volumes"]
+        assert tuned[name]["environment"] == {"SGLANG_MOE_CONFIG_DIR": "/opt/sglnode/moe-configs"}
+    assert "volumes" not in tuned["router"]
+    with pytest.raises(ValueError, match="absolute"):
+        RenderOptions(moe_config_dir="relative/dir")

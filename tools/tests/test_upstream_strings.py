@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sglnode import loglines
 from sglnode.cli import main
+from sglnode.readiness import loglines
 from sglnode.upstream import catalog
 from sglnode.upstream.strings import ExtractError, count, extract
 from sglnode.upstream.wheels import WheelSource, pinned_wheel, pins

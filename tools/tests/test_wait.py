@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 from docker_available import BASE_IMAGE, docker_image_ready
 from fake_sglang_http import FakeSGLang, closed_port_url
+from hostile_servers import HostileServer
 
-from sglnode import waiter
 from sglnode.commands import wait as wait_command
-from sglnode.logwatch import CommandFollower, ExitInfo, FileFollower
-from sglnode.waiter import Outcome, WaitOptions, wait_for_server
+from sglnode.readiness import waiter
+from sglnode.readiness.logwatch import CommandFollower, ExitInfo, FileFollower
+from sglnode.readiness.waiter import Outcome, WaitOptions, wait_for_server
 
 # Issue 5: "the diagnosis is printed <= 1 s after the fatal line is written".
 LATENCY_BUDGET_S = 1.0
@@ -69,6 +70,7 @@ def _args(**overrides) -> Namespace:
         skip_existing=False,
         pd=False,
         json=False,
+        connect_grace=120.0,
     )
     values.update(overrides)
     return Namespace(**values)
@@ -270,6 +272,8 @@ def test_json_output_schema_is_stable(tmp_path):
         "process_exit",
         "log_source",
         "url",
+        "reachability",
+        "interrupted",
     ]
     assert payload["exit_code"] == 2
     assert payload["diagnosis"]["cause"] == "oom"
@@ -401,3 +405,131 @@ def test_a_ready_probe_is_not_held_up_when_the_log_says_nothing(tmp_path):
         )
     assert result.outcome is Outcome.READY
     assert result.elapsed_s < waiter.LOG_CATCHUP_S + 0.5
+
+
+# --- issue 16 (hostile input) and issue 13 (PD readiness) --------------------------------------
+def test_a_log_path_that_is_a_directory_is_a_usage_error_not_a_crash(tmp_path):
+    stderr = io.StringIO()
+    code = wait_command.run(_args(log=tmp_path), stdout=io.StringIO(), stderr=stderr)
+    assert code == wait_command.EXIT_USAGE
+    assert "is a directory" in stderr.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("127.0.0.1:30000", "has no scheme: write http://127.0.0.1:30000"),
+        ("http://[::1:30000", "brackets"),
+        ("http://::1:30000", "brackets"),
+        ("http://[::1]]:30000", "not host[:port]"),
+        ("http://127.0.0.1:99999", "out of range"),
+        ("http://127.0.0.1:0", "out of range"),
+        ("ftp://127.0.0.1:1", "scheme must be"),
+        ("http://127.0.0.1:30000/generate", "without a path"),
+        ("http://300.1.1.1:1", "not an IPv4 address"),
+    ],
+)
+def test_a_bad_url_is_a_usage_error_at_once(url, fragment):
+    stderr = io.StringIO()
+    started = time.monotonic()
+    code = wait_command.run(_args(url=url), stdout=io.StringIO(), stderr=stderr)
+    assert code == wait_command.EXIT_USAGE
+    assert fragment in stderr.getvalue()
+    assert time.monotonic() - started < 1.0
+
+
+def test_a_refused_url_without_a_log_says_so_and_ends_unreachable_after_the_grace():
+    stdout = io.StringIO()
+    url = closed_port_url()
+    started = time.monotonic()
+    code = wait_command.run(
+        _args(url=url, timeout=60.0, connect_grace=0.5), stdout=stdout, stderr=io.StringIO()
+    )
+    assert code == 4
+    assert time.monotonic() - started < 5.0  # not the 60 s timeout
+    output = stdout.getvalue()
+    assert f"{url}: connection refused" in output  # the progress line, shown at the first probe
+    assert "unreachable after" in output and "connection refused" in output.splitlines()[-2]
+
+
+def test_a_refused_url_with_a_log_keeps_waiting_for_the_log(tmp_path):
+    log = tmp_path / "server.log"
+    stdout = io.StringIO()
+    thread, result = _run_in_thread(_args(url=closed_port_url(), log=log, connect_grace=0.0), stdout)
+    time.sleep(0.8)
+    _write_lines(log, [*STARTUP, "[2026-11-29 09:40:40] The server is fired up and ready to roll!"])
+    thread.join(10)
+    assert result["code"] == 0
+    assert "connection refused" in stdout.getvalue()
+
+
+def test_a_server_that_accepts_but_never_answers_is_not_nothing_listening():
+    with HostileServer("silent") as server:
+        options = WaitOptions(
+            url=server.url, follower=None, timeout_s=1.5, probe_timeout_s=0.3, gpu_memory_reader=lambda: None
+        )
+        result = wait_for_server(options)
+    assert result.outcome is Outcome.TIMED_OUT  # something listens: not "unreachable" (4)
+    assert result.reachability == "no_answer"
+    assert "never answered" in wait_command.render(result)
+    assert "nothing listening" not in wait_command.render(result)
+
+
+@pytest.mark.parametrize("mode", ["drop", "close", "bad_status"])
+def test_a_server_that_drops_or_speaks_no_http_is_reported_not_a_traceback(mode):
+    with HostileServer(mode) as server:
+        probe = waiter.SGLangClient(server.url, timeout=1.0).readiness()
+    assert probe.readiness is waiter.Readiness.NO_ANSWER
+    assert "accepts connections" in probe.detail or "not HTTP" in probe.detail
+
+
+def test_an_empty_log_that_ends_is_not_called_a_kill():
+    follower = CommandFollower(["true"], name="container:quiet", exit_probe=lambda: ExitInfo(0, "exited 0"))
+    result = wait_for_server(
+        WaitOptions(url=None, follower=follower, timeout_s=10, gpu_memory_reader=lambda: None)
+    )
+    assert result.outcome is Outcome.CRASHED
+    text = " ".join(result.diagnosis.notes)
+    assert "was killed" not in text and "kill line" not in text
+    assert "held no lines" in text
+
+
+def test_pd_readiness_ignores_the_log_ready_line_until_a_generation_succeeds(tmp_path):
+    log = tmp_path / "router.log"
+    log.write_text(
+        "\n".join([*STARTUP, "[2026-11-29 09:40:40] The server is fired up and ready to roll!", ""])
+    )
+    routes = {"POST /generate": [(503, "no decode")] * 3 + [(200, '{"text": "!", "meta_info": {}}')]}
+    with FakeSGLang(routes) as fake:
+        stdout = io.StringIO()
+        code = wait_command.run(
+            _args(url=fake.url, log=log, pd=True, json=True), stdout=stdout, stderr=io.StringIO()
+        )
+        generations = fake.paths().count("POST /generate")
+    payload = json.loads(stdout.getvalue())
+    assert code == 0
+    assert generations == 4  # READY came from the fourth (the first successful) generation
+    assert payload["probe"] == {
+        "endpoint": "/generate",
+        "status": 200,
+        "readiness": "ready",
+        "detail": payload["probe"]["detail"],
+    }
+    assert payload["stage"] == "ready"  # the log line still updated the progress
+
+
+def test_pd_never_ready_through_the_router_times_out_despite_the_log_line(tmp_path):
+    log = tmp_path / "router.log"
+    log.write_text("[2026-11-29 09:40:40] The server is fired up and ready to roll!\n")
+    with FakeSGLang({"POST /generate": [(500, "KV transfer failed")]}) as fake:
+        code = wait_command.run(
+            _args(url=fake.url, log=log, pd=True, timeout=1.0), stdout=io.StringIO(), stderr=io.StringIO()
+        )
+    assert code == 3
+
+
+def test_a_200_that_is_not_a_generation_is_not_pd_ready():
+    with FakeSGLang({"POST /generate": [(200, "<html>proxy login</html>")]}) as fake:
+        probe = waiter.SGLangClient(fake.url).readiness(pd=True)
+    assert probe.readiness is waiter.Readiness.STARTING
+    assert "without a generation" in probe.detail

@@ -1,4 +1,4 @@
-"""What nccl_env must leave on the node: one commented env file per server, 0640, PCIe block."""
+"""What nccl_env must leave on the node: one commented env file per server, 0640, NCCL's own choices."""
 
 import pytest
 
@@ -23,20 +23,22 @@ def test_only_the_servers_of_the_topology_have_env_files(host):
     assert sorted(listed) == ["decode0.env", "prefill0.env"]
 
 
-def test_pcie_block_is_there_with_the_p2p_off_fallback(host):
+def test_nccl_chooses_algorithm_and_protocol_with_the_p2p_off_fallback(host):
     _, env = _env(host, "prefill0")
-    assert env["NCCL_ALGO"] == "Ring"
-    assert env["NCCL_PROTO"] == "LL"
+    # pd-1p1d opts into no NCCL profile: NCCL picks algorithm and protocol per message size.
+    assert "NCCL_ALGO" not in env and "NCCL_PROTO" not in env
     assert env["NCCL_IB_DISABLE"] == "1"
     assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert env["NCCL_P2P_DISABLE"] == "1"
     assert "NCCL_P2P_LEVEL" not in env
+    # PD over NIXL: UCX transports are explicit; with P2P unsafe, no CUDA IPC either.
+    assert env["UCX_TLS"].split(",")[0] == "cuda_copy" and "cuda_ipc" not in env["UCX_TLS"]
 
 
 def test_topology_override_wins_and_every_line_has_its_reason(host):
     text, env = _env(host, "decode0")
     assert env["NCCL_DEBUG"] == "INFO"
-    assert "# Set by the topology (nccl:); the PCIe default is WARN." in text
+    assert "# Set by the topology (nccl:); the default here is WARN." in text
     lines = text.splitlines()
     for index, line in enumerate(lines):
         if line and not line.startswith("#"):

@@ -1,10 +1,15 @@
-"""A lean HTTP/1.1 streaming client for SSE responses, built on asyncio protocols.
+"""A lean HTTP/1.1 streaming client for SSE responses, built on asyncio protocols, with a strict parser.
 
-Why not aiohttp: a general client parses every SSE line into a dict, which caps one core near
-60-90k tokens/s (issue 6). This client does per-read work only: it de-chunks the socket read,
-keeps the bytes up to the last complete SSE event, and counts/finds a few byte markers in them
-with C-speed bytes methods. All events in one read arrived at the same instant as far as any
-client can tell, so one timestamp per read loses nothing.
+Why not aiohttp: a general client's per-line machinery caps one core near 60-90k tokens/s (issue 6).
+This client works per socket read: it de-chunks the read, keeps the bytes up to the last complete
+SSE event, and parses each complete event with the C JSON decoder, checking it against the API's
+shape (apis.py). All events in one read arrived at the same instant as far as any client can tell,
+so one timestamp per read loses nothing.
+
+Strict (issue 16): a response counts only when it is `text/event-stream`, every event is `data:`
+framed and valid JSON of the API's shape, token counts never go down or exceed what was asked,
+text arrived for the tokens reported, and `data: [DONE]` ends it with nothing after. Anything else
+fails the request with a reason (docs/bench.md, "ok and error").
 
 Connections are kept alive and reused; a reused connection that the server closed while idle
 is retried once on a fresh one (what every HTTP client does), never counted as an error.
@@ -13,41 +18,52 @@ is retried once on a fresh one (what every HTTP client does), never counted as a
 from __future__ import annotations
 
 import asyncio
-import re
+import json
 from time import perf_counter
 
-from sglnode.bench.apis import StreamMarkers
+from sglnode.bench.apis import API_CACHED, API_INSPECTORS, ApiName
 from sglnode.bench.records import GapSink, RequestRecord, build_record, derive_gaps
 
 # Cap on a response head or an error body we keep; beyond it the response is malformed for us.
 MAX_HEAD_BYTES = 64 * 1024
 MAX_ERROR_BODY_BYTES = 512
 ERROR_SNIPPET_CHARS = 160
-
-_COMPLETION_TOKENS = b'"completion_tokens":'
-_COMPLETION_TOKENS_LEN = len(_COMPLETION_TOKENS)
-_PROMPT_TOKENS = b'"prompt_tokens":'
-_DONE_EVENTS = (b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n")
-_ERROR_KEY = b'"error":'
-# SGLang marks an aborted request with finish_reason "abort" (OpenAI) or {"type": "abort"} (/generate).
-_ABORT_VALUE = b'"abort"'
-_INT_RE = re.compile(rb" *(\d+)")
+# Longest single SSE event accepted: far above any SGLang chunk (one token's text plus metadata,
+# or logprobs); a peer that sends more without an event end is not streaming events.
+MAX_EVENT_BYTES = 1 << 20
+SSE_CONTENT_TYPE = b"text/event-stream"
 
 _IDLE, _HEAD, _CHUNKED, _LENGTH, _UNTIL_CLOSE = range(5)
 # Longest chunk-size line the fast path accepts (hex digits; longer lines take the general path).
 _MAX_FAST_CHUNK_HEADER = 8
 
 
-def _int_at(buf: bytes, pos: int) -> int | None:
-    match = _INT_RE.match(buf, pos)
-    return int(match.group(1)) if match else None
+_scan_once = json.JSONDecoder().scan_once
+
+
+def _parse_json(data: bytes) -> object:
+    """json.loads(data), minus its per-call overhead when the event is plain UTF-8 JSON (the rule).
+
+    The C scanner parses one value; it counts only when it spans the whole event. Anything else
+    (leading space, trailing bytes, invalid JSON) takes json.loads, which decides and names the error.
+    """
+    try:
+        text = data.decode()
+        value, end = _scan_once(text, 0)
+        if end == len(text):
+            return value
+    except (UnicodeDecodeError, StopIteration, ValueError):
+        pass
+    return json.loads(data)
 
 
 class StreamProtocol(asyncio.Protocol):
     """One keep-alive connection; one request in flight at a time."""
 
-    def __init__(self, markers: StreamMarkers) -> None:
-        self.markers = markers
+    def __init__(self, api: ApiName) -> None:
+        self.inspect = API_INSPECTORS[api]
+        self.cached_of = API_CACHED[api]
+        self.requested = 0
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.mode = _IDLE
@@ -65,9 +81,13 @@ class StreamProtocol(asyncio.Protocol):
         self.cum = 0
         self.reported: int | None = None
         self.prompt_tokens: int | None = None
+        self.cached_tokens: int | None = None
         self.done_seen = False
+        self.events = 0
         self.stream_error: str | None = None
         self.status = 0
+        self.sse = True
+        self.content_type = b""
         self.keep_alive = True
         self._head = b""
         self._raw = b""
@@ -112,9 +132,10 @@ class StreamProtocol(asyncio.Protocol):
 
     # --- request lifecycle ---------------------------------------------------------------------
     def begin(
-        self, loop: asyncio.AbstractEventLoop, request: bytes
+        self, loop: asyncio.AbstractEventLoop, request: bytes, requested: int = 0
     ) -> asyncio.Future[tuple[str | None, float]]:
         self._reset_request()
+        self.requested = requested
         self.waiter = loop.create_future()
         self.mode = _HEAD
         self.got_bytes = False
@@ -141,15 +162,38 @@ class StreamProtocol(asyncio.Protocol):
         if self.status != 200:
             snippet = self._error_body[:ERROR_SNIPPET_CHARS].decode(errors="replace").strip()
             error = f"http_{self.status}: {snippet}" if snippet else f"http_{self.status}"
-        elif self.stream_error is not None:
-            error = self.stream_error
-        elif not self.done_seen:
-            error = "stream_ended_without_done"
+        elif not self.sse:
+            snippet = self._error_body[:60].decode(errors="replace").strip()
+            kind = self.content_type.decode(errors="replace") or "none"
+            error = f"not_sse: status 200 with Content-Type {kind}: {snippet!r}"
+        else:
+            error = self._stream_verdict()
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_result((error, now))
         if not self.keep_alive and self.transport is not None:
             self.closed = True
             self.transport.close()
+
+    def _stream_verdict(self) -> str | None:
+        """Why a complete 200 event stream is still not a good response, or None."""
+        if self.stream_error is not None:
+            return self.stream_error
+        if self._tail.strip(b"\r\n"):
+            return f"bad_sse_framing: the stream ended inside an event: {self._tail[:60]!r}"
+        if not self.done_seen:
+            return "stream_ended_without_done"
+        chunks = sum(self.chunks)
+        arrived = sum(self.tokens)
+        requested = self.requested
+        if self.reported is not None and requested and self.reported > requested:
+            return f"over_requested: the server reported {self.reported} tokens, {requested} were requested"
+        if self.reported is None and requested and arrived > requested:
+            return f"over_requested: {arrived} text events for {requested} requested tokens"
+        if self.reported and not chunks:
+            return (
+                f"tokens_without_events: the server reported {self.reported} tokens but no event carried text"
+            )
+        return None
 
     # --- HTTP framing --------------------------------------------------------------------------
     def _feed_head(self, data: bytes, now: float) -> None:
@@ -183,6 +227,10 @@ class StreamProtocol(asyncio.Protocol):
                 length = int(value)
             elif name == b"connection":
                 self.keep_alive = value != b"close"
+            elif name == b"content-type":
+                self.content_type = value[:80]
+        # A 200 that is not an event stream is never a good response, whatever its body holds.
+        self.sse = self.content_type.split(b";", 1)[0].strip() == SSE_CONTENT_TYPE
         rest = buf[end + 4 :]
         if chunked:
             self.mode = _CHUNKED
@@ -264,70 +312,107 @@ class StreamProtocol(asyncio.Protocol):
         if finished and self.mode == _CHUNKED:
             self._complete(now)
 
-    # --- SSE scanning --------------------------------------------------------------------------
+    # --- SSE parsing --------------------------------------------------------------------------
     def _feed_body(self, payload: bytes, now: float) -> None:
-        if self.status != 200:
+        if self.status != 200 or not self.sse:
             if len(self._error_body) < MAX_ERROR_BODY_BYTES:
-                self._error_body += payload[:MAX_ERROR_BODY_BYTES]
+                self._error_body += payload[: MAX_ERROR_BODY_BYTES - len(self._error_body)]
             return
+        if self.stream_error is not None:
+            return  # the request already failed; read on only to keep the connection in step
         if self._tail:
             payload = self._tail + payload
+            self._tail = b""
+        carry = b""
+        if b"\r" in payload:  # SSE allows CRLF line ends: one spelling from here on
+            if payload.endswith(b"\r"):  # its \n may come in the next read
+                payload, carry = payload[:-1], b"\r"
+            payload = payload.replace(b"\r\n", b"\n")
         cut = payload.rfind(b"\n\n")
         if cut < 0:
-            cut = payload.rfind(b"\n\r\n") + 1  # SSE allows CRLF line ends; 0 when absent
-            if cut == 0:
-                self._tail = payload
-                return
+            self._tail = payload + carry
+            if len(self._tail) > MAX_EVENT_BYTES:
+                self._bad(f"bad_sse_framing: no end of event within {MAX_EVENT_BYTES} bytes")
+            return
         end = cut + 2
-        if end == len(payload):
-            region = payload
-            self._tail = b""
-        else:
-            region = payload[:end]
-            self._tail = payload[end:]
-        markers = self.markers
+        self._tail = payload[end:] + carry
+        self._events(payload if end == len(payload) else payload[:end], now)
+
+    def _events(self, region: bytes, now: float) -> None:
+        """Parse every complete event of one read; the read's time stamps what it carried."""
+        inspect = self.inspect
         chunks = 0
-        for key in markers.content:
-            chunks += region.count(key)
-        if b'""' in region:  # only then can an empty-text event be present
-            for key in markers.empty:
-                chunks -= region.count(key)
-        at = region.rfind(_COMPLETION_TOKENS)
-        cum = _int_at(region, at + _COMPLETION_TOKENS_LEN) if at >= 0 else None
-        if self.counted is None and (chunks > 0 or cum):
-            self.counted = cum is not None
-        if self.counted:
-            tokens = 0
-            if cum is not None and cum > self.cum:
-                tokens = cum - self.cum
-                self.cum = self.reported = cum
+        cum: int | None = None
+        for raw in region.split(b"\n\n") if region.count(b"\n\n") > 1 else (region[:-2],):
+            if raw[:6] == b"data: " and b"\n" not in raw:
+                data = raw[6:]  # the fast path: one `data: ` line, as SGLang and the router send
+            elif not raw.strip(b"\n"):
+                continue  # blank lines between events
+            else:
+                data = self._data_of(raw)
+                if data is None:
+                    if self.stream_error is not None:
+                        return
+                    continue  # a comment-only event (keep-alive)
+            if self.done_seen:
+                self._bad("bad_sse_framing: an event after data: [DONE]")
+                return
+            if data == b"[DONE]":
+                self.done_seen = True
+                continue
+            try:
+                event = _parse_json(data)
+                content, completion, prompt, error = inspect(event)
+                cached = self.cached_of(event) if prompt is not None else None
+            except (ValueError, RecursionError) as exc:  # JSONDecodeError, BadEvent, too deep
+                self._bad(f"bad_event: {exc}"[:ERROR_SNIPPET_CHARS] + f" in {data[:60]!r}")
+                return
+            if error is not None:
+                self.stream_error = error
+                return
+            if content:
+                chunks += 1
+            if self.counted is None and (content or completion):
+                # Decided by the first event with text or a count: cumulative counts in every event?
+                self.counted = completion is not None
+            if completion is not None:
+                if completion < (self.cum if cum is None else cum):
+                    self._bad(f"bad_usage: completion_tokens went down to {completion}")
+                    return
+                cum = completion
+            if prompt is not None and self.prompt_tokens is None:
+                self.prompt_tokens = prompt
+            if cached is not None:
+                self.cached_tokens = cached
+        if cum is not None:
+            tokens = cum - self.cum if self.counted else chunks
+            self.reported = self.cum = cum
         else:
-            tokens = chunks
-            if cum is not None:
-                self.reported = cum  # the final usage chunk
-        if self.prompt_tokens is None:
-            at = region.find(_PROMPT_TOKENS)
-            if at >= 0:
-                self.prompt_tokens = _int_at(region, at + len(_PROMPT_TOKENS))
+            tokens = 0 if self.counted else chunks
         if tokens or chunks:
             self.times.append(now)
             self.tokens.append(tokens)
             self.chunks.append(chunks)
-        if region.endswith(_DONE_EVENTS):  # [DONE] is the last event, so no scan is needed
-            self.done_seen = True
-        if self.stream_error is None and (_ERROR_KEY in region or _ABORT_VALUE in region):
-            self.stream_error = _stream_error(region)
 
+    def _data_of(self, raw: bytes) -> bytes | None:
+        """The data of a multi-line event (SSE: data lines joined by newlines; `:` lines are comments).
 
-def _stream_error(region: bytes) -> str | None:
-    """An error object or an abort finish reason in the events; `"error": null` is no error."""
-    at = region.find(_ERROR_KEY)
-    while at >= 0:
-        value_at = at + len(_ERROR_KEY)
-        if not region[value_at : value_at + 8].lstrip(b" ").startswith(b"null"):
-            return "error_event: " + region[at : at + ERROR_SNIPPET_CHARS].decode(errors="replace")
-        at = region.find(_ERROR_KEY, value_at)
-    return "server_aborted" if _ABORT_VALUE in region else None
+        Any other field (event:, id:, retry:) or a line that is no field at all is malformed here:
+        SGLang and the router send data lines only, and a body that is not SSE must never pass.
+        """
+        data: list[bytes] = []
+        for line in raw.strip(b"\n").split(b"\n"):
+            if line.startswith(b"data:"):
+                value = line[5:]
+                data.append(value[1:] if value.startswith(b" ") else value)
+            elif not line.startswith(b":"):
+                self._bad(f"bad_sse_framing: {line[:60]!r} is not a data: line")
+                return None
+        return b"\n".join(data) if data else None
+
+    def _bad(self, reason: str) -> None:
+        """A malformed response: fail the request now and drop the connection (its framing is suspect)."""
+        self.abort(reason)
 
 
 class StreamClient:
@@ -337,12 +422,12 @@ class StreamClient:
         self,
         host: str,
         port: int,
-        markers: StreamMarkers,
+        api: ApiName,
         connect_timeout_s: float,
     ) -> None:
         self.host = host
         self.port = port
-        self.markers = markers
+        self.api = api
         self.connect_timeout_s = connect_timeout_s
         self.proto: StreamProtocol | None = None
         self.in_flight = False
@@ -350,7 +435,7 @@ class StreamClient:
     async def _connect(self) -> StreamProtocol:
         loop = asyncio.get_running_loop()
         _, proto = await asyncio.wait_for(
-            loop.create_connection(lambda: StreamProtocol(self.markers), self.host, self.port),
+            loop.create_connection(lambda: StreamProtocol(self.api), self.host, self.port),
             self.connect_timeout_s,
         )
         return proto
@@ -380,7 +465,7 @@ class StreamClient:
                         return _failed(start, reason, requested_tokens), True
                 proto = self.proto
                 assert proto is not None
-                error, end = await proto.begin(loop, request)
+                error, end = await proto.begin(loop, request, requested_tokens)
                 if error == "closed_before_response" and reused and attempt == 0:
                     continue  # the server closed the idle keep-alive connection; retry fresh
                 if error is None:
@@ -393,6 +478,7 @@ class StreamClient:
                     chunks=proto.chunks,
                     reported_tokens=proto.reported,
                     prompt_tokens=proto.prompt_tokens,
+                    cached_tokens=proto.cached_tokens,
                     requested_tokens=requested_tokens,
                     per_chunk_counts=bool(proto.counted),
                     error=error,

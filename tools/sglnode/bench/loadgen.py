@@ -1,19 +1,29 @@
-"""One worker process's share of one load stage: closed-loop concurrency or Poisson arrivals.
+"""One worker process's share of one load stage: closed-loop concurrency or open-loop arrivals
+(Poisson, or gamma with --burstiness).
 
 The worker also measures itself (docs/bench.md, "Client saturation"): CPU time over wall time
 and event-loop lag, because a saturated client reports late arrivals as server latency.
+
+Every request is encoded when it is sent, from its run-wide number (encode.RequestEncoder), so
+memory does not grow with --num-requests and no two requests share a prompt.
+
+SIGINT/SIGTERM (`interruptible=True`): the stage stops at once, the requests in flight are dropped
+(they count neither as ok nor as errors), and what finished is returned with `interrupted` set.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sglnode.bench.apis import StreamMarkers
+from sglnode.bench.apis import ApiName
+from sglnode.bench.encode import RequestEncoder
 from sglnode.bench.httpstream import StreamClient
 from sglnode.bench.records import GapSink, RequestRecord
 
@@ -25,14 +35,16 @@ WATCHDOG_INTERVAL_S = 0.1
 MAX_CONSECUTIVE_CONNECT_FAILURES = 20
 # Open-loop (request-rate) mode: connections allowed at once before new arrivals wait (fd safety).
 MAX_OPEN_LOOP_IN_FLIGHT = 4096
+# A worker process whose parent is gone (killed with SIGKILL) stops within this long.
+PARENT_WATCH_INTERVAL_S = 0.5
 
 
 @dataclass(frozen=True)
 class Target:
     host: str
     port: int
-    markers: StreamMarkers
-    requests: tuple[bytes, ...]  # pre-encoded HTTP requests, cycled
+    api: ApiName
+    encoder: RequestEncoder  # request number -> HTTP request bytes
     requested_tokens: int
     connect_timeout_s: float
     request_timeout_s: float
@@ -48,6 +60,8 @@ class StageShare:
     num_requests: int
     duration_s: float
     seed: int
+    first_request: int = 0  # run-wide number of this share's first request (prompts.request_number)
+    burstiness: float = 1.0  # open loop: gamma shape of the inter-arrival times (1 = Poisson)
 
 
 @dataclass
@@ -59,6 +73,7 @@ class WorkerResult:
     wall_s: float = 0.0
     loop_lag_s: list[float] = field(default_factory=list)
     aborted: str | None = None
+    interrupted: str | None = None  # "SIGINT" | "SIGTERM" | "parent exited"
 
 
 class _Stage:
@@ -72,17 +87,26 @@ class _Stage:
         self.connect_failures = 0
         self.clients: list[StreamClient] = []
         self.stop = False
+        self.main: asyncio.Task[None] | None = None
 
     def _next_request(self) -> bytes | None:
         if self.stop or self.issued >= self.share.num_requests or time.perf_counter() >= self.deadline:
             return None
-        request = self.target.requests[self.issued % len(self.target.requests)]
+        request = self.target.encoder.request(self.share.first_request + self.issued)
         self.issued += 1
         return request
 
+    def interrupt(self, reason: str) -> None:
+        """Stop now: no new request, the ones in flight are dropped, what finished is kept."""
+        if self.result.interrupted is None:
+            self.result.interrupted = reason
+        self.stop = True
+        if self.main is not None:
+            self.main.cancel()
+
     def _new_client(self) -> StreamClient:
         client = StreamClient(
-            self.target.host, self.target.port, self.target.markers, self.target.connect_timeout_s
+            self.target.host, self.target.port, self.target.api, self.target.connect_timeout_s
         )
         self.clients.append(client)
         return client
@@ -109,6 +133,7 @@ class _Stage:
     async def _open_loop(self) -> None:
         rng = random.Random(self.share.seed)
         rate = self.share.rate or 1.0
+        shape = self.share.burstiness
         idle: list[StreamClient] = []
         tasks: set[asyncio.Task[None]] = set()
         next_at = time.perf_counter()
@@ -121,7 +146,11 @@ class _Stage:
                 idle.append(client)
 
         while (request := self._next_request()) is not None:
-            next_at += rng.expovariate(rate)  # Poisson arrivals: exponential inter-arrival times
+            # Gamma inter-arrival times of mean 1/rate: shape 1 is Poisson (exponential gaps, as
+            # sglang.benchmark.serving draws them); < 1 burstier, > 1 more regular.
+            next_at += (
+                rng.expovariate(rate) if shape == 1.0 else rng.gammavariate(shape, 1.0 / (rate * shape))
+            )
             delay = next_at - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -155,17 +184,46 @@ class _Stage:
             await asyncio.sleep(LAG_PROBE_INTERVAL_S)
             lags.append(max(time.perf_counter() - before - LAG_PROBE_INTERVAL_S, 0.0))
 
-    async def run(self) -> WorkerResult:
+    async def _drive(self) -> None:
+        if self.share.rate is not None:
+            await self._open_loop()
+        else:
+            slots = max(self.share.concurrency or 1, 1)
+            await asyncio.gather(*(self._closed_loop_slot() for _ in range(slots)))
+
+    async def _watch_parent(self, parent: int) -> None:
+        while True:
+            await asyncio.sleep(PARENT_WATCH_INTERVAL_S)
+            if os.getppid() != parent:
+                self.interrupt("parent exited")
+                return
+
+    def _install_signals(self, signals: tuple[signal.Signals, ...]) -> list[signal.Signals]:
+        loop = asyncio.get_running_loop()
+        installed = []
+        for sig in signals:
+            try:
+                loop.add_signal_handler(sig, self.interrupt, sig.name)
+            except (ValueError, RuntimeError, NotImplementedError):  # not the main thread
+                continue
+            installed.append(sig)
+        return installed
+
+    async def run(self, signals: tuple[signal.Signals, ...] = (), parent: int | None = None) -> WorkerResult:
         cpu0, wall0 = time.process_time(), time.perf_counter()
         self.deadline = wall0 + self.share.duration_s
         helpers = [asyncio.create_task(self._watchdog()), asyncio.create_task(self._lag_probe())]
+        if parent is not None:
+            helpers.append(asyncio.create_task(self._watch_parent(parent)))
+        installed = self._install_signals(signals)
+        self.main = asyncio.create_task(self._drive())
         try:
-            if self.share.rate is not None:
-                await self._open_loop()
-            else:
-                slots = max(self.share.concurrency or 1, 1)
-                await asyncio.gather(*(self._closed_loop_slot() for _ in range(slots)))
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.main
         finally:
+            loop = asyncio.get_running_loop()
+            for sig in installed:
+                loop.remove_signal_handler(sig)
             for task in helpers:
                 task.cancel()
             for task in helpers:
@@ -179,8 +237,14 @@ class _Stage:
 
 
 async def run_share(
-    target: Target, share: StageShare, on_done: Callable[[], None] = lambda: None
+    target: Target,
+    share: StageShare,
+    on_done: Callable[[], None] = lambda: None,
+    signals: tuple[signal.Signals, ...] = (),
+    parent: int | None = None,
 ) -> WorkerResult:
+    """Run one share. `signals` stop it gracefully (see the module doc); `parent`: stop when that
+    process is no longer our parent (a worker whose bench was killed must not run on)."""
     if share.num_requests <= 0 or (share.concurrency is not None and share.concurrency <= 0):
         return WorkerResult()
-    return await _Stage(target, share, on_done).run()
+    return await _Stage(target, share, on_done).run(signals, parent)

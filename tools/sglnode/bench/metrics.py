@@ -120,9 +120,11 @@ def summarize(run: StageRun, slo: Slo, roofline: list[tuple[float, float]] | Non
         "e2e_ms": distribution_ms([r.e2e_s for r in ok if r.e2e_s is not None]),
         "chunk_gap_ms": gap_distribution_ms(chunk_gaps),
         "tokens": _token_accounting(ok),
+        "prefix_cache": _prefix_cache(ok),
         "client": _client_health(run),
         "aborted": next((w.aborted for w in run.workers if w.aborted), None),
         "lost_workers": run.lost_workers,
+        "interrupted": run.interrupted,
     }
     summary["goodput"] = _goodput(ok, slo, wall) if slo.active else None
     summary["roofline"] = _roofline(summary, ok, wall, roofline) if roofline else None
@@ -146,6 +148,20 @@ def _token_accounting(ok: list[RequestRecord]) -> dict[str, object]:
         ),
         "requested_per_request": ok[0].requested_tokens if ok else None,
         "mean_output_tokens": _mean([r.output_tokens for r in ok]),
+    }
+
+
+def _prefix_cache(ok: list[RequestRecord]) -> dict[str, object]:
+    """What the server says it served from its prefix cache (SGLang's cached_tokens), if it says."""
+    reported = [r for r in ok if r.cached_tokens is not None]
+    cached = sum(r.cached_tokens or 0 for r in reported)
+    prompt = sum(r.prompt_tokens or 0 for r in reported)
+    return {
+        "requests_reporting": len(reported),
+        "requests_with_hits": sum(1 for r in reported if r.cached_tokens),
+        "cached_tokens": cached,
+        "prompt_tokens": prompt,
+        "hit_rate": round(cached / prompt, 4) if prompt else None,
     }
 
 

@@ -45,6 +45,7 @@ class RequestRecord:
     prompt_tokens: int | None
     requested_tokens: int
     per_chunk_counts: bool  # the server reported cumulative counts in every chunk
+    cached_tokens: int | None = None  # prompt tokens the server took from its prefix cache, if it said
 
     @property
     def tpot_s(self) -> float | None:
@@ -94,6 +95,7 @@ def build_record(
     requested_tokens: int,
     per_chunk_counts: bool,
     error: str | None,
+    cached_tokens: int | None = None,
 ) -> RequestRecord:
     arrived = sum(tokens)
     first = next((t for t, k in zip(times, tokens, strict=True) if k > 0), None)
@@ -119,4 +121,5 @@ def build_record(
         prompt_tokens=prompt_tokens,
         requested_tokens=requested_tokens,
         per_chunk_counts=per_chunk_counts,
+        cached_tokens=cached_tokens,
     )

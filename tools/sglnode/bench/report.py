@@ -123,6 +123,19 @@ def warnings_for(report: dict[str, object]) -> list[str]:
                 f"{label}: {tokens['arrived_vs_reported_mismatch']} request(s): chunks that arrived "
                 "disagree with the server's count (multi-token chunks without per-chunk usage?)"
             )
+        cache = stage.get("prefix_cache") or {}
+        if cache.get("cached_tokens"):
+            workload = (report.get("config") or {}).get("workload")  # type: ignore[union-attr]
+            expected = (
+                " (the shared-prefix workload asks for them)"
+                if workload == "shared-prefix"
+                else (": every prompt of this run is distinct, so latency and throughput are flattered")
+            )
+            lines.append(
+                f"{label}: the server took {cache['cached_tokens']} of {cache['prompt_tokens']} prompt "
+                f"tokens ({cache['hit_rate']:.0%}) from its prefix cache in "
+                f"{cache['requests_with_hits']} request(s)" + expected
+            )
         if stage["aborted"]:
             lines.append(f"{label}: ABORTED: {stage['aborted']}")
         if stage["requests"]["errors"]:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from sglnode.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
@@ -27,6 +29,45 @@ from sglnode.upstream import catalog
 EXIT_FITS = EXIT_OK
 EXIT_DOES_NOT_FIT = EXIT_FAILED
 EXIT_BAD_INPUT = EXIT_USAGE
+# Bounds no real plan comes near; they keep hostile input from overflowing the arithmetic.
+MAX_PARALLEL = 4096
+MAX_TOKENS = 1 << 30
+MAX_GB = 1e6
+MAX_TBS = 1000.0
+
+
+def _integer(low: int, high: int, also: tuple[int, ...] = ()) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from exc
+        if value not in also and not low <= value <= high:
+            allowed = " or ".join([*(str(a) for a in also), f"{low}..{high}"])
+            raise argparse.ArgumentTypeError(f"must be {allowed}, got {value}")
+        return value
+
+    return parse
+
+
+def _number(
+    low: float, high: float, *, low_open: bool = True, high_open: bool = False
+) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from exc
+        above = value > low if low_open else value >= low
+        below = value < high if high_open else value <= high
+        if not math.isfinite(value) or not (above and below):
+            left, right = "(" if low_open else "[", ")" if high_open else "]"
+            raise argparse.ArgumentTypeError(
+                f"must be a finite number in {left}{low:g}, {high:g}{right}, got {text}"
+            )
+        return value
+
+    return parse
 
 
 def _concurrency(text: str) -> list[int]:
@@ -34,8 +75,8 @@ def _concurrency(text: str) -> list[int]:
         values = [int(part) for part in text.split(",") if part.strip()]
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from exc
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError("concurrency values must be >= 1")
+    if not values or min(values) < 1 or max(values) > MAX_TOKENS:
+        raise argparse.ArgumentTypeError(f"concurrency values must be in 1..{MAX_TOKENS}")
     return values
 
 
@@ -54,25 +95,45 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     model = parser.add_mutually_exclusive_group(required=True)
     model.add_argument("--model", help="model preset name")
     model.add_argument("--config", help="a Hugging Face config.json")
-    parser.add_argument("--weights-gb", type=float, help="total weight size in GB (2**30 bytes)")
+    parser.add_argument("--weights-gb", type=_number(0, MAX_GB), help="total weight size in GB (2**30 bytes)")
     parser.add_argument("--checkpoint", help="checkpoint dir or its model.safetensors.index.json")
     parser.add_argument("--gpu", default="rtx-pro-6000-blackwell", help="GPU preset (default: %(default)s)")
-    parser.add_argument("--gpu-mem-gb", type=float, help="override GPU memory (GB as torch reports it)")
-    parser.add_argument("--gpu-bw-tbs", type=float, help="override GPU memory bandwidth (TB/s)")
-    parser.add_argument("--tp", type=int, default=1)
-    parser.add_argument("--dp", type=int, default=1)
-    parser.add_argument("--ep", type=int, default=1)
+    parser.add_argument(
+        "--gpu-mem-gb", type=_number(0, MAX_GB), help="override GPU memory (GB as torch reports it)"
+    )
+    parser.add_argument("--gpu-bw-tbs", type=_number(0, MAX_TBS), help="override GPU memory bandwidth (TB/s)")
+    parser.add_argument("--tp", type=_integer(1, MAX_PARALLEL), default=1)
+    parser.add_argument("--dp", type=_integer(1, MAX_PARALLEL), default=1)
+    parser.add_argument("--ep", type=_integer(1, MAX_PARALLEL), default=1)
     parser.add_argument("--role", choices=ROLES, default="regular", help="PD role (default: %(default)s)")
     parser.add_argument(
-        "--mem-fraction-static", type=float, help="default: SGLang's own for this GPU, TP and role"
+        "--mem-fraction-static",
+        type=_number(0, 1, high_open=True),
+        help="default: SGLang's own for this GPU, TP and role",
     )
     parser.add_argument("--kv-cache-dtype", default="auto")
-    parser.add_argument("--context-length", type=int, help="default: the model's max_position_embeddings")
-    parser.add_argument("--cuda-graph-max-bs-decode", type=int, help="default: SGLang's for this GPU and TP")
-    parser.add_argument("--chunked-prefill-size", type=int, help="default: SGLang's for this GPU")
-    parser.add_argument("--max-running-requests", type=int, help="default: the model's or SGLang's estimate")
+    parser.add_argument(
+        "--context-length", type=_integer(1, MAX_TOKENS), help="default: the model's max_position_embeddings"
+    )
+    parser.add_argument(
+        "--cuda-graph-max-bs-decode",
+        type=_integer(1, MAX_TOKENS),
+        help="default: SGLang's for this GPU and TP",
+    )
+    parser.add_argument(
+        "--chunked-prefill-size",
+        type=_integer(1, MAX_TOKENS, also=(-1,)),
+        help="default: SGLang's for this GPU",
+    )
+    parser.add_argument(
+        "--max-running-requests",
+        type=_integer(1, MAX_TOKENS),
+        help="default: the model's or SGLang's estimate",
+    )
     parser.add_argument("--speculative-algorithm", help="e.g. EAGLE, EAGLE3 (adds draft weights and KV)")
-    parser.add_argument("--speculative-num-draft-tokens", type=int, help="tokens verified per step")
+    parser.add_argument(
+        "--speculative-num-draft-tokens", type=_integer(1, 1024), help="tokens verified per step"
+    )
     parser.add_argument(
         "--concurrency",
         type=_concurrency,
@@ -81,7 +142,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--roofline-context",
-        type=int,
+        type=_integer(1, MAX_TOKENS),
         default=DEFAULT_ROOFLINE_CONTEXT_TOKENS,
         help="average context tokens per running request in the roofline (default: %(default)s)",
     )
@@ -178,6 +239,10 @@ def run(args: argparse.Namespace) -> int:
         result = build_plan(args)
     except PresetError as exc:
         print(f"sglnode plan: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (ValueError, ArithmeticError) as exc:
+        # Input the checks above let through but the arithmetic cannot use: still the input's fault.
+        print(f"sglnode plan: cannot plan this input: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(json.dumps(result.to_json(), indent=2) if args.json else format_text(result))
     return EXIT_FITS if result.fits else EXIT_DOES_NOT_FIT

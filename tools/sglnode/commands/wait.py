@@ -1,24 +1,39 @@
 """`sglnode wait`: block until an SGLang server is ready, or say why it is not.
 
 Exit codes: 0 ready, 2 crashed (diagnosis printed), 3 timed out, 4 unreachable (nothing
-listening and no log). `--json` prints one object (docs/diagnose.md) on stdout.
+listening and no log; without a log source, after --connect-grace seconds of refused
+connections), 64 usage error, 130/143 interrupted by SIGINT/SIGTERM. `--json` prints one object
+(docs/diagnose.md) on stdout.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
 from typing import TextIO
 
+from sglnode.argtypes import seconds
 from sglnode.exitcodes import EXIT_USAGE
-from sglnode.logwatch import FileFollower, compose_follower, docker_follower, journal_follower
-from sglnode.progress import ProgressDisplay
-from sglnode.waiter import Follower, Outcome, WaitOptions, WaitResult, wait_for_server
+from sglnode.interrupts import guarded, raise_on_signals
+from sglnode.readiness.client import DEFAULT_TIMEOUT_S as DEFAULT_PROBE_TIMEOUT_S
+from sglnode.readiness.client import UrlError, parse_base_url
+from sglnode.readiness.logwatch import FileFollower, compose_follower, docker_follower, journal_follower
+from sglnode.readiness.startup import ProgressDisplay
+from sglnode.readiness.waiter import (
+    DEFAULT_CONNECT_GRACE_S,
+    Follower,
+    Outcome,
+    WaitOptions,
+    WaitResult,
+    wait_for_server,
+)
 
 DEFAULT_TIMEOUT_S = 1800.0  # large MoE checkpoints take 10-20 min to load; 30 min covers them
+MIN_PROBE_TIMEOUT_S = 0.5
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,7 +55,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="with --log: ignore what the file already holds (an older run appending to the same log)",
     )
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds (default 1800)")
+    parser.add_argument(
+        "--timeout", type=seconds(), default=DEFAULT_TIMEOUT_S, help="seconds (default 1800, at most a week)"
+    )
+    parser.add_argument(
+        "--connect-grace",
+        type=seconds(above=False),
+        default=DEFAULT_CONNECT_GRACE_S,
+        help="without a log source: seconds of refused connections before giving up as unreachable "
+        f"(default {DEFAULT_CONNECT_GRACE_S:g}; SGLang opens its port only after loading)",
+    )
     parser.add_argument(
         "--pd", action="store_true", help="readiness = one real generation through the router"
     )
@@ -76,21 +100,53 @@ def usage_error(args: argparse.Namespace) -> str | None:
         return "--pd needs --url (the router)"
     if args.timeout <= 0:
         return "--timeout must be positive"
+    if args.url is not None:
+        try:
+            parse_base_url(args.url)
+        except UrlError as error:
+            return str(error)
+    if args.log is not None:
+        return _log_problem(Path(args.log))
+    return None
+
+
+def _log_problem(log: Path) -> str | None:
+    """A --log that can never be followed; a file that does not exist yet is fine (tail -F)."""
+    if log.is_dir():
+        return f"--log {log} is a directory; give the server's log file"
+    if log.exists() and not os.access(log, os.R_OK):
+        return f"--log {log} is not readable by this user"
+    if not log.exists() and not log.parent.is_dir():
+        return f"--log {log}: the directory {log.parent} does not exist"
     return None
 
 
 def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
+    return guarded("wait", err, lambda: _run(args, out, err))
+
+
+def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     problem = usage_error(args)
     if problem:
         err.write(f"sglnode wait: {problem}\n")
         return EXIT_USAGE
     # Progress goes to stderr when stdout carries JSON, so the JSON stays machine-readable.
     display = ProgressDisplay(err if args.json else out)
-    options = WaitOptions(url=args.url, follower=build_follower(args), timeout_s=args.timeout, pd=args.pd)
-    result = wait_for_server(options, display)
-    display.close()
+    options = WaitOptions(
+        url=parse_base_url(args.url).url if args.url is not None else None,
+        follower=build_follower(args),
+        timeout_s=args.timeout,
+        pd=args.pd,
+        connect_grace_s=getattr(args, "connect_grace", DEFAULT_CONNECT_GRACE_S),
+        # A short --timeout must still see a probe answer (or its absence) before it ends.
+        probe_timeout_s=min(DEFAULT_PROBE_TIMEOUT_S, max(MIN_PROBE_TIMEOUT_S, args.timeout / 4)),
+    )
+    # Ctrl-C / SIGTERM end the wait (and `docker logs -f` / `journalctl -f`) with a result.
+    with raise_on_signals():
+        result = wait_for_server(options, display)
+        display.close()
     if args.json:
         out.write(json.dumps(result.to_json(), indent=2) + "\n")
     else:
@@ -99,12 +155,31 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
     return result.exit_code
 
 
+def _unreachable_headline(result: WaitResult) -> str:
+    where = f" at {result.url}" if result.url else ""
+    why = result.probe.detail if result.probe is not None else "nothing listening"
+    log = "no log lines" if result.log_source else "no log source to follow"
+    text = f"unreachable after {result.elapsed_s:.1f}s: {why}{where}, and {log}"
+    if result.url and not result.log_source:
+        text += (
+            " (SGLang opens its port only after loading; follow its log with --log/--container/--unit, "
+            "or raise --connect-grace)"
+        )
+    return text
+
+
 def render(result: WaitResult) -> str:
+    timed_out = f"timed out after {result.elapsed_s:.1f}s (stage: {result.stage})"
+    if result.reachability == "no_answer":
+        timed_out += f": {result.url} accepts connections but never answered"
     headline = {
         Outcome.READY: f"ready after {result.elapsed_s:.1f}s",
         Outcome.CRASHED: f"crashed after {result.elapsed_s:.1f}s (stage: {result.stage})",
-        Outcome.TIMED_OUT: f"timed out after {result.elapsed_s:.1f}s (stage: {result.stage})",
-        Outcome.UNREACHABLE: "unreachable: nothing listening and no log lines",
+        Outcome.TIMED_OUT: timed_out,
+        Outcome.UNREACHABLE: _unreachable_headline(result),
+        Outcome.INTERRUPTED: (
+            f"interrupted by {result.interrupted} after {result.elapsed_s:.1f}s (stage: {result.stage})"
+        ),
     }[result.outcome]
     lines = [f"sglnode wait: {headline}"]
     if result.diagnosis is not None:

@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from sglnode import loglines
 from sglnode.diagnosis.rulebook import (
     FRAME_RE,
     PhaseEvidence,
@@ -35,7 +34,8 @@ from sglnode.diagnosis.rulebook import (
     load_rules,
     load_vocabulary,
 )
-from sglnode.progress import STAGE_TO_OOM_PHASE, ProgressTracker, Stage
+from sglnode.readiness import loglines
+from sglnode.readiness.startup import STAGE_TO_OOM_PHASE, ProgressTracker, Stage
 
 SCHEMA_VERSION = 2
 
@@ -77,10 +77,23 @@ ROUTINE_LINE_MARKERS: tuple[str, ...] = ("] Decode batch", "] Prefill batch", '"
 # Lines that say nothing on their own: traceback frames and separators (not "meaningful last lines").
 FRAME_LINE_RE = re.compile(r'^\s*(?:File "|at |\d+: |→|\^+$|~+$|-+$)|^\s*$')
 
-UNKNOWN_NOTES: tuple[str, ...] = (
+# What `unknown` says first depends on what the log shows: a kill, no end at all, or nothing.
+UNKNOWN_KILLED = (
     "No failure signature matched: the server was killed without a recognisable cause in this log.",
     "Look at the rank-0 scheduler output above the kill line: the first 'Scheduler hit an exception' "
     "or 'Traceback' block names the real error (other ranks often print only the kill).",
+)
+UNKNOWN_NO_END = (
+    "No failure signature matched, and the log does not show the server going down (no kill or "
+    "sigquit line): it may have been stopped from outside, or the log is cut.",
+    "Look for the first 'Scheduler hit an exception' or 'Traceback' block, and at how the process "
+    "ended (docker inspect's State.ExitCode / OOMKilled, systemctl status, journalctl).",
+)
+UNKNOWN_EMPTY = (
+    "The log is empty: nothing was written before it ended. Check that this is the server's log "
+    "(container, unit or file) and that the process started at all.",
+)
+UNKNOWN_NOTES: tuple[str, ...] = (
     "Check the kernel log for the host OOM killer or GPU faults: dmesg -T | grep -iE 'killed process|xid'.",
     "Compare GPU memory at death (gpu_memory_at_death, or nvidia-smi right after the crash) with "
     "the last 'avail mem=' line of the log.",
@@ -467,7 +480,13 @@ class Diagnoser:
         )
 
     def _unknown(self, stage: str, gpu_memory: list[dict[str, int]] | None) -> Diagnosis:
-        notes = [*UNKNOWN_NOTES, *self._lifetime_notes()]
+        if self._fed == 0:
+            opening = UNKNOWN_EMPTY
+        elif self.terminal_lines:
+            opening = UNKNOWN_KILLED
+        else:
+            opening = UNKNOWN_NO_END
+        notes = [*opening, *UNKNOWN_NOTES, *self._lifetime_notes()]
         fault = self.vocabulary.fault(list(self._error_lines))
         if fault is not None:
             notes.insert(0, self.vocabulary.abstain_note.format(fault=fault))

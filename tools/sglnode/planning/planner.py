@@ -254,9 +254,44 @@ def _int_arg(args: dict[str, Any], key: str) -> int | None:
     return int(value) if value is not None else None
 
 
+def tp_problems(model: ModelSpec, tp: int) -> list[str]:
+    """Why SGLang 0.5.23 refuses this TP size for the model's attention heads (empty: it accepts it).
+
+    Query heads are split evenly over TP ranks: `ColumnParallelLinear` and `QKVParallelLinear` call
+    `divide(total_num_heads, tp_size)`, which asserts `numerator % denominator == 0`
+    (srt/layers/linear.py:1139, srt/distributed/utils.py:68-79; Llama's attention asserts it directly,
+    srt/models/llama.py:183; DeepSeek-V2/V3 MLA, srt/models/deepseek_v2.py:2057). Per-head K/V
+    (MHA/GQA) are partitioned when there are at least as many as ranks, else replicated:
+    `divide(total_num_kv_heads, tp_size)` or `divide(tp_size, total_num_kv_heads)`
+    (srt/layers/linear.py:1140-1145, srt/models/llama.py:186-193). MLA and DeepSeek-V4 keep one
+    latent KV head replicated on every rank, so only the query heads constrain TP there.
+    """
+    if tp < 1:
+        return []
+    problems = []
+    heads = model.num_attention_heads
+    if heads % tp:
+        problems.append(
+            f"tp {tp} does not divide {model.name}'s {heads} attention heads: SGLang "
+            f"{catalog.load_version()} splits heads evenly over TP ranks (num_heads % tp_size == 0; "
+            f"srt/layers/linear.py:1139); use a TP size that divides {heads}"
+        )
+    kv_heads = model.num_key_value_heads
+    if model.attention == "mha" and kv_heads % tp and tp % kv_heads:
+        problems.append(
+            f"tp {tp} and {model.name}'s {kv_heads} KV heads: SGLang {catalog.load_version()} needs the "
+            "KV heads divisible by tp (partitioned) or tp divisible by them (replicated) "
+            "(srt/layers/linear.py:1140-1145)"
+        )
+    return problems
+
+
 def _validate(model: ModelSpec, server: Server) -> None:
     if server.tp < 1 or server.dp < 1 or (server.ep or 1) < 1:
         raise PresetError("tp, dp and ep must be >= 1")
+    refused = tp_problems(model, server.tp)
+    if refused:
+        raise PresetError("; ".join(refused))
     if (server.ep or 1) > server.tp:
         raise PresetError(f"ep ({server.ep}) must not exceed tp ({server.tp}) in SGLang")
     fraction = server.mem_fraction_static

@@ -14,15 +14,16 @@ which is what SGLang's launch defaults read.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-import yaml
+from pydantic import BaseModel, ConfigDict, Field
 
 from sglnode.planning.sglang_memory import AttentionShape, DSV4Pool
+from sglnode.topology.safeyaml import InputFileError, load_json_file, load_yaml_file
+from sglnode.topology.schema import Doc, Text, validate_partial
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 HARDWARE_DIR = PACKAGE_DIR / "hardware"
@@ -38,12 +39,106 @@ class PresetError(ValueError):
     """A preset, config.json or checkpoint that cannot be used; the message says what to change."""
 
 
+# --- Declared schemas of the preset files (unknown keys refused, numbers finite and in range) -----
+Positive = Annotated[float, Field(gt=0)]
+
+
+class GpuPresetDoc(Doc):
+    """hardware/*.yaml, or a preset with `sglnode plan --gpu-mem-gb/--gpu-bw-tbs` overrides."""
+
+    name: Text
+    description: Text = ""
+    source: Text = ""
+    memory_mib: Annotated[float, Field(gt=0, le=16 * 1024 * 1024)]  # up to 16 TiB
+    bandwidth_tbs: Annotated[float, Field(gt=0, le=1000)]
+    compute_capability: Text = ""
+    device_name: Text = ""  # torch.cuda.get_device_name(): SGLang keys tuned kernel configs by it
+    interconnect: Text = ""
+    nvlink: bool = False
+    allreduce_latency_us: Annotated[float, Field(ge=0, le=1e6)] = 10.0
+
+
+class KvPoolDoc(Doc):
+    paged_bytes_by_ratio: dict[int, Positive]
+    indexer_bytes_per_token: Annotated[int, Field(ge=0)]
+    compress_state_bytes: Annotated[int, Field(ge=0)]
+    ring_sizes: dict[int, Annotated[int, Field(ge=1)]]
+    ring_sizes_speculative: dict[int, Annotated[int, Field(ge=1)]]
+    swa_full_tokens_ratio: Annotated[float, Field(gt=0, le=1)]
+
+
+class SGLangFactsDoc(Doc):
+    kv_cache_dtype: Text = "bfloat16"
+    page_size: Annotated[int, Field(ge=1, le=1 << 20)] = 1
+    max_running_requests: Annotated[int, Field(ge=1)] | None = None
+    prefill_cuda_graph: bool = True
+    attention_backend: Text = ""
+    speculative_algorithms: list[Text] = Field(default_factory=list)
+    speculative_algorithm: Text | None = None
+    draft_kv_layers: Annotated[int, Field(ge=0, le=64)] = 0
+    draft_in_checkpoint: bool = False
+    kv_pool: KvPoolDoc | None = None
+
+
+class ModelPresetDoc(Doc):
+    """models/*.yaml: the checkpoint's config.json (hf_config), its size, and SGLang's facts."""
+
+    name: Text | None = None
+    description: Text = ""
+    source: Text = ""
+    hf_config: Text
+    weights_gb: Annotated[float, Field(gt=0, le=1e6)]
+    draft_weights_gb: Annotated[float, Field(ge=0, le=1e6)] = 0.0
+    quantization: Text | None = None
+    expert_bits: Annotated[float, Field(gt=0, le=64)] | None = None
+    activation_bits: Annotated[int, Field(ge=1, le=64)] | None = None
+    sglang: SGLangFactsDoc = SGLangFactsDoc()
+
+
+Count = Annotated[int, Field(ge=1, le=1 << 20)]
+Size = Annotated[int, Field(ge=0, le=1 << 30)]
+
+
+class ConfigShapeDoc(BaseModel):
+    """What the planner reads from a Hugging Face config.json (its other keys are upstream's business)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+    num_hidden_layers: Count
+    hidden_size: Count
+    num_attention_heads: Count
+    num_key_value_heads: Count
+    head_dim: Count
+    v_head_dim: Count | None = None
+    kv_lora_rank: Size = 0
+    qk_rope_head_dim: Size = 0
+    qk_nope_head_dim: Size = 0
+    index_head_dim: Size = 0
+    compress_ratios: Annotated[list[Size], Field(max_length=1 << 16)] = Field(default_factory=list)
+    vocab_size: Size = 0
+    n_routed_experts: Size = 0
+    num_experts_per_tok: Size = 0
+    n_shared_experts: Size = 0
+    moe_intermediate_size: Size = 0
+    first_k_dense_replace: Size = 0
+    expert_bits: Annotated[float, Field(gt=0, le=64)] = 16.0
+    num_nextn_predict_layers: Size = 0
+    max_position_embeddings: Size = 0
+
+
+def _validated(cls: type[Doc], data: dict[str, Any], origin: str) -> Any:
+    doc, _, problems = validate_partial(cls, data, lambda path: ".".join(str(p) for p in path))
+    if problems:
+        raise PresetError(f"{origin}: " + "; ".join(str(p) for p in problems))
+    return doc
+
+
 @dataclass(frozen=True)
 class GpuSpec:
     name: str
     memory_mib: float  # nvidia-smi --query-gpu=memory.total: what SGLang's defaults read
     bandwidth_tbs: float
     compute_capability: str = ""
+    device_name: str = ""  # torch.cuda.get_device_name(): SGLang keys tuned kernel configs by it
     interconnect: str = ""
     nvlink: bool = False
     allreduce_latency_us: float = 10.0
@@ -170,24 +265,16 @@ def list_presets(directory: Path) -> list[str]:
 
 def _load_yaml(directory: Path, name: str, kind: str) -> dict[str, Any]:
     path = directory / f"{name}.yaml"
-    if not path.is_file():
+    if name not in list_presets(directory):  # a name, never a path that leaves the directory
         known = ", ".join(list_presets(directory))
         raise PresetError(f"unknown {kind} preset {name!r}; known: {known}")
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    try:
+        data = load_yaml_file(path, what=f"{kind} preset")
+    except InputFileError as exc:
+        raise PresetError(str(exc)) from exc
     if not isinstance(data, dict):
         raise PresetError(f"{path} is not a mapping")
     return data
-
-
-def _build(cls: type, data: dict[str, Any], origin: str) -> Any:
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise PresetError(f"{origin}: unknown keys {unknown}; known: {sorted(known)}")
-    try:
-        return cls(**data)
-    except TypeError as exc:
-        raise PresetError(f"{origin}: {exc}") from exc
 
 
 def load_gpu(name_or_spec: str | dict[str, Any] | GpuSpec) -> GpuSpec:
@@ -195,21 +282,30 @@ def load_gpu(name_or_spec: str | dict[str, Any] | GpuSpec) -> GpuSpec:
     if isinstance(name_or_spec, GpuSpec):
         return name_or_spec
     if isinstance(name_or_spec, str):
-        return _build(GpuSpec, _load_yaml(HARDWARE_DIR, name_or_spec, "GPU"), name_or_spec)
-    data = dict(name_or_spec)
-    if "preset" in data:
-        base = _load_yaml(HARDWARE_DIR, str(data.pop("preset")), "GPU")
-        data = {**base, **data}
-    if "memory_gb" in data:
-        data["memory_mib"] = float(data.pop("memory_gb")) * MIB_PER_GB
-    data.setdefault("name", "custom")
-    return _build(GpuSpec, data, "gpu")
+        data = _load_yaml(HARDWARE_DIR, name_or_spec, "GPU")
+        origin = f"GPU preset {name_or_spec}"
+    else:
+        data = dict(name_or_spec)
+        origin = "gpu"
+        if "preset" in data:
+            base = _load_yaml(HARDWARE_DIR, str(data.pop("preset")), "GPU")
+            data = {**base, **data}
+        if "memory_gb" in data:
+            memory_gb = data.pop("memory_gb")
+            is_number = isinstance(memory_gb, int | float) and not isinstance(memory_gb, bool)
+            data["memory_mib"] = memory_gb * MIB_PER_GB if is_number else memory_gb
+        data.setdefault("name", "custom")
+    doc = _validated(GpuPresetDoc, data, origin)
+    return GpuSpec(**doc.model_dump())
 
 
-def _sglang_facts(raw: dict[str, Any] | None, origin: str) -> SGLangModelFacts:
-    raw = dict(raw or {})
-    raw["speculative_algorithms"] = tuple(raw.get("speculative_algorithms") or ())
-    return _build(SGLangModelFacts, raw, f"{origin}: sglang")
+def _sglang_facts(doc: SGLangFactsDoc) -> SGLangModelFacts:
+    data = doc.model_dump(exclude={"kv_pool", "speculative_algorithms"})
+    return SGLangModelFacts(
+        **data,
+        speculative_algorithms=tuple(doc.speculative_algorithms),
+        kv_pool=doc.kv_pool.model_dump() if doc.kv_pool else {},
+    )
 
 
 def load_hf_config(directory: str) -> dict[str, Any]:
@@ -217,24 +313,26 @@ def load_hf_config(directory: str) -> dict[str, Any]:
 
 
 def load_model_preset(name: str) -> ModelSpec:
-    data = _load_yaml(MODELS_DIR, name, "model")
-    hf = data.pop("hf_config", None)
-    facts = _sglang_facts(data.pop("sglang", None), name)
-    if not hf:
-        raise PresetError(f"{name}: a model preset names its config.json with `hf_config`")
-    base = model_from_config(
-        load_hf_config(str(hf)), weights_gb=float(data.pop("weights_gb", 0.0)), name=name
+    doc: ModelPresetDoc = _validated(
+        ModelPresetDoc, _load_yaml(MODELS_DIR, name, "model"), f"model preset {name}"
     )
-    known = {f.name for f in fields(ModelSpec)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise PresetError(f"{name}: unknown keys {unknown}")
+    if doc.hf_config not in {p.name for p in HF_CONFIGS_DIR.iterdir() if p.is_dir()}:
+        raise PresetError(
+            f"model preset {name}: hf_config {doc.hf_config!r} is not a directory of {HF_CONFIGS_DIR}"
+        )
+    base = model_from_config(load_hf_config(doc.hf_config), weights_gb=doc.weights_gb, name=name)
+    overrides = doc.model_dump(
+        include={"name", "description", "source", "draft_weights_gb"}, exclude_unset=True
+    )
+    for key in ("quantization", "expert_bits", "activation_bits"):
+        if getattr(doc, key) is not None:
+            overrides[key] = getattr(doc, key)
     return ModelSpec(
         **{
             **base.to_json(),
-            **data,
-            "hf_config": str(hf),
-            "sglang": facts,
+            **overrides,
+            "hf_config": doc.hf_config,
+            "sglang": _sglang_facts(doc.sglang),
             "compress_ratios": base.compress_ratios,
         }
     )
@@ -260,56 +358,95 @@ def attention_family(config: dict[str, Any]) -> str:
     return "mla" if config.get("kv_lora_rank") else "mha"
 
 
-def model_from_config(config: dict[str, Any], weights_gb: float, name: str = "config") -> ModelSpec:
-    """A ModelSpec from a Hugging Face config.json (the fields SGLang's ModelConfig reads)."""
+def _config_shape(config: dict[str, Any], name: str) -> tuple[dict[str, Any], ConfigShapeDoc]:
     text = config.get("text_config") or config
-    hidden = int(_first(text, "hidden_size", "d_model", default=0))
-    heads = int(_first(text, "num_attention_heads", "n_head", default=0))
-    layers = int(_first(text, "num_hidden_layers", "n_layer", default=0))
+    if not isinstance(text, dict):
+        raise PresetError(f"{name}: config.json's text_config is not an object")
+    hidden = _first(text, "hidden_size", "d_model")
+    heads = _first(text, "num_attention_heads", "n_head")
+    layers = _first(text, "num_hidden_layers", "n_layer")
     if not (hidden and heads and layers):
         raise PresetError(f"{name}: config.json lacks hidden_size / num_attention_heads / num_hidden_layers")
+    quant = text.get("quantization_config") or {}
+    if not isinstance(quant, dict):
+        raise PresetError(f"{name}: config.json's quantization_config is not an object")
+    quant_method = str(quant.get("quant_method", "")).lower()
+    integer_heads = isinstance(hidden, int) and isinstance(heads, int) and heads > 0
+    shape = {
+        "num_hidden_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_key_value_heads": _first(text, "num_key_value_heads", default=heads),
+        "head_dim": _first(text, "head_dim", default=hidden // heads if integer_heads else hidden),
+        "v_head_dim": text.get("v_head_dim"),
+        "kv_lora_rank": text.get("kv_lora_rank") or 0,
+        "qk_rope_head_dim": text.get("qk_rope_head_dim") or 0,
+        "qk_nope_head_dim": text.get("qk_nope_head_dim") or 0,
+        "index_head_dim": text.get("index_head_dim") or 0,
+        "compress_ratios": text.get("compress_ratios") or [],
+        "vocab_size": text.get("vocab_size") or 0,
+        "n_routed_experts": _first(text, "n_routed_experts", "num_experts", "num_local_experts", default=0),
+        "num_experts_per_tok": _first(text, "num_experts_per_tok", "moe_topk", default=0),
+        "n_shared_experts": text.get("n_shared_experts") or 0,
+        "moe_intermediate_size": _first(text, "moe_intermediate_size", "intermediate_size", default=0),
+        "first_k_dense_replace": text.get("first_k_dense_replace") or 0,
+        "expert_bits": quant.get("bits") or QUANT_METHOD_BITS.get(quant_method, 16.0),
+        "num_nextn_predict_layers": text.get("num_nextn_predict_layers") or 0,
+        "max_position_embeddings": text.get("max_position_embeddings") or 0,
+    }
+    if isinstance(shape["expert_bits"], int) and not isinstance(shape["expert_bits"], bool):
+        shape["expert_bits"] = float(shape["expert_bits"])
+    doc, _, problems = validate_partial(ConfigShapeDoc, shape, lambda path: ".".join(str(p) for p in path))
+    if problems:
+        raise PresetError(f"{name}: config.json: " + "; ".join(str(p) for p in problems))
+    return text, doc
+
+
+def model_from_config(config: dict[str, Any], weights_gb: float, name: str = "config") -> ModelSpec:
+    """A ModelSpec from a Hugging Face config.json (the fields SGLang's ModelConfig reads)."""
+    text, shape = _config_shape(config, name)
     family = attention_family(text)
     quant = text.get("quantization_config") or {}
     quant_method = str(quant.get("quant_method", "")).lower()
-    expert_bits = float(quant.get("bits") or QUANT_METHOD_BITS.get(quant_method, 16.0))
     architectures = text.get("architectures") or config.get("architectures") or [""]
-    head_dim = int(_first(text, "head_dim", default=hidden // heads))
-    rope = int(text.get("qk_rope_head_dim") or 0)
+    if not isinstance(architectures, list) or not architectures:
+        architectures = [""]
+    rope = shape.qk_rope_head_dim
     return ModelSpec(
         name=name,
         weights_gb=float(weights_gb),
         architecture=str(architectures[0]),
         quantization=quant_method or str(text.get("torch_dtype", "bf16")),
-        num_hidden_layers=layers,
-        hidden_size=hidden,
-        num_attention_heads=heads,
-        num_key_value_heads=int(_first(text, "num_key_value_heads", default=heads)),
-        head_dim=head_dim,
-        v_head_dim=text.get("v_head_dim"),
+        num_hidden_layers=shape.num_hidden_layers,
+        hidden_size=shape.hidden_size,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_key_value_heads,
+        head_dim=shape.head_dim,
+        v_head_dim=shape.v_head_dim,
         attention=family,
-        kv_lora_rank=int(text.get("kv_lora_rank") or 0),
+        kv_lora_rank=shape.kv_lora_rank,
         qk_rope_head_dim=rope,
         # DeepSeek-V4: head_dim is the whole latent (nope + rope), as SGLang's ModelConfig reads it.
-        qk_nope_head_dim=int(text.get("qk_nope_head_dim") or (head_dim - rope if family == "dsv4" else 0)),
-        index_head_dim=int(text.get("index_head_dim") or 0),
-        compress_ratios=tuple(int(r) for r in text.get("compress_ratios") or ()),
-        vocab_size=int(text.get("vocab_size") or 0),
-        n_routed_experts=int(_first(text, "n_routed_experts", "num_experts", "num_local_experts", default=0)),
-        num_experts_per_tok=int(_first(text, "num_experts_per_tok", "moe_topk", default=0)),
-        n_shared_experts=int(text.get("n_shared_experts") or 0),
-        moe_intermediate_size=int(_first(text, "moe_intermediate_size", "intermediate_size", default=0)),
-        first_k_dense_replace=int(text.get("first_k_dense_replace") or 0),
-        expert_bits=expert_bits,
-        num_nextn_predict_layers=int(text.get("num_nextn_predict_layers") or 0),
-        max_position_embeddings=int(text.get("max_position_embeddings") or 0),
+        qk_nope_head_dim=shape.qk_nope_head_dim or (shape.head_dim - rope if family == "dsv4" else 0),
+        index_head_dim=shape.index_head_dim,
+        compress_ratios=tuple(shape.compress_ratios),
+        vocab_size=shape.vocab_size,
+        n_routed_experts=shape.n_routed_experts,
+        num_experts_per_tok=shape.num_experts_per_tok,
+        n_shared_experts=shape.n_shared_experts,
+        moe_intermediate_size=shape.moe_intermediate_size,
+        first_k_dense_replace=shape.first_k_dense_replace,
+        expert_bits=shape.expert_bits,
+        num_nextn_predict_layers=shape.num_nextn_predict_layers,
+        max_position_embeddings=shape.max_position_embeddings,
     )
 
 
 def load_config_json(path: str | Path) -> dict[str, Any]:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise PresetError(f"cannot read config.json {path}: {exc}") from exc
+        data = load_json_file(path, what="config.json")
+    except InputFileError as exc:
+        raise PresetError(str(exc)) from exc
     if not isinstance(data, dict):
         raise PresetError(f"{path}: config.json is not a JSON object")
     return data
@@ -320,8 +457,12 @@ def weights_gb_from_checkpoint(checkpoint: str | Path) -> float:
     path = Path(checkpoint)
     index = path / SAFETENSORS_INDEX if path.is_dir() else path
     try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-        total = int(data["metadata"]["total_size"])
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise PresetError(f"cannot read metadata.total_size from {index}: {exc}") from exc
+        data = load_json_file(index, what="checkpoint index")
+        total = data["metadata"]["total_size"]
+    except InputFileError as exc:
+        raise PresetError(str(exc)) from exc
+    except (KeyError, TypeError) as exc:
+        raise PresetError(f"cannot read metadata.total_size from {index}: no {exc}") from exc
+    if not isinstance(total, int) or isinstance(total, bool) or total <= 0:
+        raise PresetError(f"{index}: metadata.total_size must be a positive integer, got {total!r}")
     return total / BYTES_PER_GB

@@ -164,6 +164,15 @@ class SimConfig:
         return bool(self.args.get("enable_metrics"))
 
     @property
+    def cache_report(self) -> bool:
+        """--enable-cache-report: OpenAI usage carries prompt_tokens_details.cached_tokens."""
+        return bool(self.args.get("enable_cache_report"))
+
+    @property
+    def radix_cache_disabled(self) -> bool:
+        return bool(self.args.get("disable_radix_cache"))
+
+    @property
     def api_key(self) -> str | None:
         return self.args.get("api_key") or None
 

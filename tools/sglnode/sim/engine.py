@@ -17,10 +17,11 @@ from typing import Any
 
 import aiohttp
 
-from sglnode import loglines
 from sglnode.planning.planner import PlanResult, roofline_point
+from sglnode.readiness import loglines
 from sglnode.sim.config import SimConfig
 from sglnode.sim.log import SimLog
+from sglnode.sim.prefix_cache import PrefixCache, prompt_tokens
 
 # Prompt tokens one decode step's worth of weight streaming can prefill (prefill is compute-bound
 # past this many tokens); an estimate to give prefill a length-dependent cost.
@@ -74,6 +75,7 @@ class GenRequest:
     prompt_tokens: int
     max_new_tokens: int
     rid: str = field(default_factory=lambda: uuid.uuid4().hex)
+    cached_tokens: int = 0  # prompt tokens the radix cache already held (their prefill is skipped)
     bootstrap_host: str | None = None
     bootstrap_port: int | None = None
     bootstrap_room: int | None = None
@@ -87,6 +89,7 @@ class TokenEvent:
     prompt_tokens: int
     completion_tokens: int
     elapsed_s: float
+    cached_tokens: int = 0
 
 
 def count_prompt_tokens(prompt: Any) -> int:
@@ -124,6 +127,7 @@ class SimEngine:
         self.itl = Histogram(ITL_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
         self.rooms: dict[int, str] = {}
+        self.prefix_cache = PrefixCache(plan.kv_tokens)
         self._recent: deque[tuple[float, int]] = deque()
         self._step_cache: dict[int, float] = {}
         self._slots: asyncio.Semaphore | None = None
@@ -160,6 +164,25 @@ class SimEngine:
 
     def token_usage(self) -> float:
         return self.used_tokens / self.plan.kv_tokens if self.plan.kv_tokens else 0.0
+
+    # --- radix cache ------------------------------------------------------------------------------
+    def cached_prefix(self, prompt: Any) -> int:
+        """Prompt tokens a previous prompt shared (0 with --disable-radix-cache), and remember this one."""
+        if self.config.radix_cache_disabled:
+            return 0
+        return self.prefix_cache.match_and_insert(prompt_tokens(prompt))
+
+    def flush_cache(self) -> bool:
+        """SGLang's scheduler flushes only when idle (managers/scheduler.py flush_cache)."""
+        if self.running or self.queued:
+            self.log.info(
+                "Cache not flushed because there are pending requests. "
+                f"#queue-req: {self.queued}, #running-req: {self.running}"
+            )
+            return False
+        self.prefix_cache.flush()
+        self.log.info("Cache flushed successfully!")
+        return True
 
     # --- PD ---------------------------------------------------------------------------------------
     def set_room(self, room: int, state: str) -> None:
@@ -230,7 +253,7 @@ class SimEngine:
         try:
             if mode != "decode":
                 self._log_prefill(request)
-                await asyncio.sleep(self.prefill_seconds(request.prompt_tokens))
+                await asyncio.sleep(self.prefill_seconds(request.prompt_tokens - request.cached_tokens))
             if mode == "prefill":
                 failed = self.config.faults.kv_transfer_fail
                 if request.bootstrap_room is not None:
@@ -271,6 +294,7 @@ class SimEngine:
                 prompt_tokens=request.prompt_tokens,
                 completion_tokens=index + 1,
                 elapsed_s=now - start,
+                cached_tokens=request.cached_tokens,
             )
 
     def _finish_request(self, start: float) -> None:
@@ -294,8 +318,8 @@ class SimEngine:
             loglines.PREFILL_BATCH.render(
                 iter_msg="",
                 num_new_seqs=1,
-                log_input_tokens=request.prompt_tokens,
-                log_hit_tokens=0,
+                log_input_tokens=request.prompt_tokens - request.cached_tokens,
+                log_hit_tokens=request.cached_tokens,
                 token_usage_msg=self._token_usage(),
                 total=self.running - 1,
                 len=self.queued,

@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-import yaml
+from sglnode.topology.safeyaml import load_yaml_file
 
 FLAGS_FILE = Path(__file__).resolve().parents[1] / "topology" / "sglang_flags.yaml"
 # What `python3 -m sglang.launch_server` shows as its program name in usage/errors.
@@ -34,7 +34,7 @@ def strip_launcher(argv: list[str]) -> list[str]:
 
 
 def load_flag_table(path: Path = FLAGS_FILE) -> dict[str, Any]:
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = load_yaml_file(path, what="flag catalogue")
     if not isinstance(data, dict) or "flags" not in data:
         raise ValueError(f"{path}: expected a mapping with a 'flags' table")
     return data

@@ -80,11 +80,12 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
     return body
 
 
-def _gen_request(body: dict[str, Any], prompt: Any, max_new_tokens: int) -> GenRequest:
+def _gen_request(engine: SimEngine, body: dict[str, Any], prompt: Any, max_new_tokens: int) -> GenRequest:
     room = body.get("bootstrap_room")
     port = body.get("bootstrap_port")
     return GenRequest(
         prompt_tokens=count_prompt_tokens(prompt),
+        cached_tokens=engine.cached_prefix(prompt),
         max_new_tokens=max(1, int(max_new_tokens)),
         rid=str(body.get("rid") or uuid.uuid4().hex),
         bootstrap_host=body.get("bootstrap_host"),
@@ -132,7 +133,7 @@ def _meta(engine: SimEngine, gen: GenRequest, event: TokenEvent) -> dict[str, An
         "finish_reason": finish,
         "prompt_tokens": event.prompt_tokens,
         "completion_tokens": event.completion_tokens,
-        "cached_tokens": 0,
+        "cached_tokens": event.cached_tokens,
         "e2e_latency": round(event.elapsed_s, 6),
         "weight_version": "default",
         "simulated": True,
@@ -144,7 +145,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     body = await _json_body(request)
     params = body.get("sampling_params") or {}
     prompt = body.get("input_ids") if body.get("input_ids") is not None else body.get("text", "")
-    gen = _gen_request(body, prompt, params.get("max_new_tokens") or DEFAULT_MAX_NEW_TOKENS)
+    gen = _gen_request(engine, body, prompt, params.get("max_new_tokens") or DEFAULT_MAX_NEW_TOKENS)
     try:
         stream, first = await _first_event(engine, gen)
     except KVTransferError as exc:
@@ -182,10 +183,18 @@ async def _native_response(
 
 
 # --- OpenAI-compatible API ------------------------------------------------------------------------
-def _usage(event: TokenEvent | None) -> dict[str, int]:
+def _usage(event: TokenEvent | None, cache_report: bool = False) -> dict[str, Any]:
     prompt = event.prompt_tokens if event else 0
     completion = event.completion_tokens if event else 0
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    if cache_report:
+        # SGLang reports the radix-cache hit only with --enable-cache-report (openai/usage_processor.py).
+        usage["prompt_tokens_details"] = {"cached_tokens": event.cached_tokens if event else 0}
+    return usage
 
 
 async def _openai(request: web.Request, chat: bool) -> web.StreamResponse:
@@ -203,7 +212,7 @@ async def _openai(request: web.Request, chat: bool) -> web.StreamResponse:
         prompt = body["prompt"]
         default_max = OPENAI_COMPLETIONS_DEFAULT_MAX_TOKENS
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or default_max
-    gen = _gen_request(body, prompt, max_tokens)
+    gen = _gen_request(engine, body, prompt, max_tokens)
     try:
         stream, first = await _first_event(engine, gen)
     except KVTransferError as exc:
@@ -250,7 +259,7 @@ async def _openai_response(
                 **envelope,
                 "object": kind,
                 "choices": [choice(text, "length", streaming=False)],
-                "usage": _usage(last),
+                "usage": _usage(last, engine.config.cache_report),
                 "simulated": True,
             }
         )
@@ -265,10 +274,18 @@ async def _openai_response(
         last = event
         finish = "length" if event.finished else None
         chunk = {**envelope, "object": chunk_kind, "choices": [choice(event.text, finish, streaming=True)]}
-        usage = _usage(event) if continuous_usage else None
+        usage = _usage(event, engine.config.cache_report) if continuous_usage else None
         await _send(response, {**chunk, "usage": usage, "simulated": True})
     if include_usage:
-        await _send(response, {**envelope, "object": chunk_kind, "choices": [], "usage": _usage(last)})
+        await _send(
+            response,
+            {
+                **envelope,
+                "object": chunk_kind,
+                "choices": [],
+                "usage": _usage(last, engine.config.cache_report),
+            },
+        )
     await _send(response, "[DONE]")
     await response.write_eof()
     return response
@@ -384,7 +401,13 @@ async def get_load(request: web.Request) -> web.Response:
 
 
 async def flush_cache(request: web.Request) -> web.Response:
-    return web.Response(text="Cache flushed.\nPlease check backend logs for more details. (simulated)\n")
+    # SGLang 0.5.23 entrypoints/http_server.py flush_cache: 200 when the scheduler was idle, else 400.
+    if _engine(request).flush_cache():
+        return web.Response(
+            text="Cache flushed.\nPlease check backend logs for more details. "
+            "(When there are running or waiting requests, the operation will not be performed.)\n"
+        )
+    return web.Response(status=HTTPStatus.BAD_REQUEST, text="Flush cache failed.\n")
 
 
 async def metrics(request: web.Request) -> web.Response:

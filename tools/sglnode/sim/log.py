@@ -7,7 +7,7 @@ import threading
 from datetime import datetime
 from typing import TextIO
 
-from sglnode.loglines import format_prefix
+from sglnode.readiness.loglines import format_prefix
 
 
 class SimLog:

@@ -16,9 +16,9 @@ import aiohttp
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
-from sglnode import loglines
 from sglnode.planning.planner import PlanResult
 from sglnode.planning.presets import PresetError
+from sglnode.readiness import loglines
 from sglnode.sim.config import ENV_HELP, SimConfig, SimConfigError, build_config
 from sglnode.sim.engine import SimEngine
 from sglnode.sim.flags import SGLANG_PROG, build_sglang_parser, strip_launcher
@@ -36,6 +36,7 @@ from sglnode.sim.startup import (
 from sglnode.upstream import catalog
 
 EXIT_USAGE = 2
+EXIT_BIND_FAILED = 1  # uvicorn exits 1 when it cannot bind (uvicorn/server.py: sys.exit(1))
 WARMUP_MAX_NEW_TOKENS = 8  # SGLang's warmup request (http_server.py _execute_server_warmup)
 WARMUP_TIMEOUT_S = 60.0
 RUNTIME_OOM = (
@@ -124,19 +125,21 @@ async def serve(config: SimConfig, plan: PlanResult, log: SimLog, max_running_re
 
     engine = SimEngine(config, plan, log, max_running_requests, on_crash=on_crash)
     runners: list[web.AppRunner] = []
-    if config.disaggregation_mode == "prefill":
-        # SGLang's prefill side starts its KV bootstrap server while the scheduler initialises.
-        boot_runner = web.AppRunner(build_bootstrap_app(engine), access_log=None)
-        await boot_runner.setup()
-        boot_site = web.TCPSite(boot_runner, config.host, config.bootstrap_port)
-        await boot_site.start()
-        runners.append(boot_runner)
-        log.plain(f"sglnode sim: bootstrap server listening on {config.host}:{_bound_port(boot_site)}")
-    runner = web.AppRunner(build_app(engine), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port)
-    await site.start()
-    runners.append(runner)
+    try:
+        if config.disaggregation_mode == "prefill":
+            # SGLang's prefill side starts its KV bootstrap server while the scheduler initialises.
+            boot_site = await _listen(
+                build_bootstrap_app(engine), config.host, config.bootstrap_port, runners
+            )
+            log.plain(f"sglnode sim: bootstrap server listening on {config.host}:{_bound_port(boot_site)}")
+        site = await _listen(build_app(engine), config.host, config.port, runners)
+    except BindError as exc:
+        # uvicorn's own line (uvicorn/server.py startup), then exit 1 as SGLang's server process does.
+        log.plain(f"ERROR:    {exc}")
+        await engine.close()
+        for item in reversed(runners):
+            await item.cleanup()
+        return EXIT_BIND_FAILED
     port = _bound_port(site)
     log.plain(f"INFO:     Started server process [{os.getpid()}]")
     log.plain("INFO:     Waiting for application startup.")
@@ -160,6 +163,24 @@ async def serve(config: SimConfig, plan: PlanResult, log: SimLog, max_running_re
         for item in reversed(runners):
             await item.cleanup()
     return 0
+
+
+class BindError(Exception):
+    """A port the server must listen on is taken (or not ours to take)."""
+
+
+async def _listen(app: web.Application, host: str, port: int, runners: list[web.AppRunner]) -> web.TCPSite:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    runners.append(runner)
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except OSError as exc:
+        # asyncio words it as uvicorn prints it: "[Errno 98] error while attempting to bind on address
+        # ('0.0.0.0', 30000): address already in use".
+        raise BindError(str(exc)) from exc
+    return site
 
 
 async def _crash_later(delay_s: float, on_crash: Callable[[str], None]) -> None:

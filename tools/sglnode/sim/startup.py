@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sglnode import loglines
 from sglnode.planning.planner import (
     PHASE_CUDA_GRAPH,
     PHASE_KV_CACHE,
@@ -29,6 +28,7 @@ from sglnode.planning.planner import (
 )
 from sglnode.planning.presets import BYTES_PER_GB, load_gpu
 from sglnode.planning.sglang_memory import KVBudget
+from sglnode.readiness import loglines
 from sglnode.sim.config import SGLANG_VERSION, SimConfig
 from sglnode.sim.log import SimLog
 from sglnode.upstream import catalog

@@ -1,12 +1,12 @@
 """Topology model, validator and renderer: one source of truth for what runs on which GPUs.
 
-model.py normalizes a topology file, validate.py lists every problem, memory.py asks the planner
+model.py normalizes a topology file, check.py lists every problem, memory.py asks the planner
 whether each server fits, render.py produces every file the nccl_env and sglang_serve roles write.
 """
 
+from sglnode.topology.check import check_topology
 from sglnode.topology.model import Problem, Topology, TopologyFileError, load_topology, read_topology_file
 from sglnode.topology.render import RenderedFile, RenderOptions, render
-from sglnode.topology.validate import validate
 
 __all__ = [
     "Problem",
@@ -14,8 +14,8 @@ __all__ = [
     "RenderedFile",
     "Topology",
     "TopologyFileError",
+    "check_topology",
     "load_topology",
     "read_topology_file",
     "render",
-    "validate",
 ]

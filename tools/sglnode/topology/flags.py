@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from sglnode.topology.safeyaml import load_yaml_file
 
 FLAGS_FILE = Path(__file__).resolve().parent / "sglang_flags.yaml"
 NCCL_FILE = Path(__file__).resolve().parent / "nccl.yaml"
@@ -30,6 +30,9 @@ class FlagCatalog:
     flags: dict[str, FlagInfo]  # every spelling (aliases too) -> the canonical flag's info
     removed: dict[str, dict[str, str]]  # flag -> {replacement, why}
     speculative_algorithms: tuple[str, ...]
+    defaults: dict[
+        str, Any
+    ]  # ServerArgs defaults this repo relies on (checked in the image by the oracle test)
 
     def lookup(self, flag: str) -> FlagInfo | None:
         return self.flags.get(normalize_flag(flag))
@@ -46,7 +49,7 @@ def normalize_flag(flag: str) -> str:
 
 @functools.cache
 def load_catalog(path: Path = FLAGS_FILE) -> FlagCatalog:
-    data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data: dict[str, Any] = load_yaml_file(path, what="flag catalogue")
     flags: dict[str, FlagInfo] = {}
     for name, spec in data["flags"].items():
         info = FlagInfo(
@@ -62,12 +65,13 @@ def load_catalog(path: Path = FLAGS_FILE) -> FlagCatalog:
         flags=flags,
         removed=dict(data.get("removed") or {}),
         speculative_algorithms=tuple(data.get("speculative_algorithms") or ()),
+        defaults=dict(data.get("defaults") or {}),
     )
 
 
 @functools.cache
 def load_nccl_defaults(path: Path = NCCL_FILE) -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data: dict[str, Any] = load_yaml_file(path, what="NCCL settings")
     return data
 
 
@@ -103,4 +107,5 @@ FIELD_FLAGS: dict[str, str] = {
     "api key (role secret)": "--api-key",
     "api key file (role secret)": "--config",
     "gpus": "--base-gpu-id",
+    "gpus (step)": "--gpu-id-step",
 }

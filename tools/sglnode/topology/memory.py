@@ -52,7 +52,7 @@ def check_memory(topology: Topology, gpu: str | dict[str, Any]) -> tuple[list[Me
     for server in topology.servers:
         try:
             result = plan_server(model, server, gpu)
-        except (PresetError, ValueError) as exc:
+        except (PresetError, ValueError, ArithmeticError) as exc:
             problems.append(Problem(f"server {server.name}", f"memory preflight cannot plan it: {exc}"))
             continue
         verdicts.append(

@@ -1,16 +1,30 @@
 """Load a topology file and normalize it: every field the validator and renderer read gets a value.
 
-Normalizing never rejects anything on meaning (validate.py does that, naming server and field);
-it only records a problem when a field has the wrong type, so one pass reports everything.
+The file is read by the bounded, safe loader (safeyaml.py) and each part validated by its declared
+schema (schema.py: unknown keys refused with the nearest known one, strict types, finite numbers).
+A field that fails is reported and left at its default, so one pass reports everything; normalizing
+never rejects anything on meaning (check.py does that, naming server and field).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from sglnode.topology.problem import Problem
+from sglnode.topology.safeyaml import MAX_TOPOLOGY_BYTES, InputFileError, load_yaml_file
+from sglnode.topology.schema import (
+    ModelDoc,
+    NodeDoc,
+    RouterDoc,
+    ServerDoc,
+    SpeculativeDoc,
+    TopologyDoc,
+    short,
+    validate_partial,
+)
 
 # SGLang 0.5.23 defaults (sglang/srt/arg_groups/fields/serving.py `port = 30000`,
 # fields/disagg.py `disaggregation_bootstrap_port = 8998`); the router also listens on 30000 and
@@ -29,19 +43,7 @@ ROLES = ("regular", "prefill", "decode")
 NETWORK_MODES = ("bridge", "host")
 MERGED_MAPPINGS = ("args", "nccl", "env")
 
-
-@dataclass(frozen=True)
-class Problem:
-    """One reason a topology is rejected: where (server and field) and what to change."""
-
-    where: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.where}: {self.message}"
-
-    def to_json(self) -> dict[str, str]:
-        return {"where": self.where, "message": self.message}
+__all__ = ["Problem"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ class Server:
     cuda_graph_max_bs_decode: int | None = None
     num_continuous_decode_steps: int | None = None
     transfer_backend: str | None = None
+    nccl_profile: str | None = None  # None: the topology's (then NCCL's own choices)
     speculative: Speculative | None = None
     nccl: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
@@ -131,6 +134,7 @@ class Topology:
     servers: tuple[Server, ...]
     router: Router
     nccl: dict[str, str]
+    nccl_profile: str | None = None
     source: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
     @property
@@ -150,47 +154,14 @@ class TopologyFileError(ValueError):
 
 
 def read_topology_file(path: str | Path) -> dict[str, Any]:
+    """The file as a mapping, through the bounded safe loader (size, aliases, depth, encoding)."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise TopologyFileError(f"cannot read topology {path}: {exc}") from exc
+        data = load_yaml_file(path, what="topology", max_bytes=MAX_TOPOLOGY_BYTES)
+    except InputFileError as exc:
+        raise TopologyFileError(str(exc)) from exc
     if not isinstance(data, dict):
-        raise TopologyFileError(f"topology {path} is not a YAML mapping")
+        raise TopologyFileError(f"topology {path} is not a YAML mapping (got {type(data).__name__})")
     return data
-
-
-class _Reader:
-    """Typed field access that records a Problem instead of raising, so every mistake is listed."""
-
-    def __init__(self) -> None:
-        self.problems: list[Problem] = []
-
-    def get(
-        self, data: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any, where: str
-    ) -> Any:
-        value = data.get(key, default)
-        if value is None or value is default:
-            return value
-        # bool is an int in Python; a `true` where a number belongs is a mistake.
-        if isinstance(value, bool) and kind in (int, float, (int, float)):
-            self.problems.append(Problem(f"{where}.{key}", f"expected a number, got {value!r}"))
-            return default
-        if kind is float and isinstance(value, int):
-            return float(value)
-        if not isinstance(value, kind):
-            self.problems.append(Problem(f"{where}.{key}", f"expected {_kind_name(kind)}, got {value!r}"))
-            return default
-        return value
-
-    def str_map(self, data: dict[str, Any], key: str, where: str) -> dict[str, str]:
-        raw = self.get(data, key, dict, {}, where) or {}
-        return {str(k): _env_value(v) for k, v in raw.items()}
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    names = {int: "an integer", float: "a number", str: "a string", dict: "a mapping", list: "a list"}
-    return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
 def _env_value(value: Any) -> str:
@@ -200,49 +171,31 @@ def _env_value(value: Any) -> str:
     return str(value)
 
 
-def _int_list(reader: _Reader, data: dict[str, Any], key: str, where: str) -> tuple[int, ...]:
-    raw = reader.get(data, key, list, [], where) or []
-    good = [v for v in raw if isinstance(v, int) and not isinstance(v, bool)]
-    if len(good) != len(raw):
-        reader.problems.append(Problem(f"{where}.{key}", f"expected a list of integers, got {raw!r}"))
-    return tuple(good)
+def _env_map(raw: dict[str, Any] | None) -> dict[str, str]:
+    return {str(k): _env_value(v) for k, v in (raw or {}).items()}
 
 
-def _name_list(
-    reader: _Reader, data: dict[str, Any], key: str, default: list[str], where: str
-) -> tuple[str, ...]:
-    raw = data.get(key, default)
-    if isinstance(raw, str):
-        raw = [raw]
-    if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw) or not raw:
-        reader.problems.append(
-            Problem(f"{where}.{key}", f"expected a node name or a list of them, got {raw!r}")
-        )
-        return tuple(default)
-    return tuple(raw)
+def _at(prefix: str) -> Callable[[tuple[Any, ...]], str]:
+    return lambda path: ".".join([prefix, *(str(p) for p in path)])
 
 
-def _speculative(reader: _Reader, data: dict[str, Any], where: str) -> Speculative | None:
-    raw = reader.get(data, "speculative", dict, None, where)
-    if not raw:
+def _speculative(doc: SpeculativeDoc | None) -> Speculative | None:
+    if doc is None or not doc.model_fields_set:
         return None
-    at = f"{where}.speculative"
-    algorithm = reader.get(raw, "algorithm", str, None, at)
     return Speculative(
-        algorithm=algorithm.upper() if algorithm else None,
-        num_steps=reader.get(raw, "num_steps", int, None, at),
-        eagle_topk=reader.get(raw, "eagle_topk", int, None, at),
-        num_draft_tokens=reader.get(raw, "num_draft_tokens", int, None, at),
-        draft_model_path=reader.get(raw, "draft_model_path", str, None, at),
+        algorithm=doc.algorithm.upper() if doc.algorithm else None,
+        num_steps=doc.num_steps,
+        eagle_topk=doc.eagle_topk,
+        num_draft_tokens=doc.num_draft_tokens,
+        draft_model_path=doc.draft_model_path,
     )
 
 
 def _server(
-    reader: _Reader, data: Any, index: int, defaults: dict[str, Any], first_node: str
-) -> Server | None:
+    data: Any, index: int, defaults: dict[str, Any], first_node: str
+) -> tuple[Server | None, list[Problem]]:
     if not isinstance(data, dict):
-        reader.problems.append(Problem(f"servers[{index}]", f"expected a mapping, got {data!r}"))
-        return None
+        return None, [Problem(f"servers[{index}]", f"expected a mapping, got {short(data)}")]
     merged = {**defaults, **data}
     # Mappings merge one level deep, so a server can add one flag without restating the defaults.
     for key in MERGED_MAPPINGS:
@@ -250,99 +203,113 @@ def _server(
             merged[key] = {**defaults[key], **data[key]}
     name = merged.get("name")
     where = f"server {name}" if isinstance(name, str) and name else f"servers[{index}]"
-    if not isinstance(name, str) or not name:
-        reader.problems.append(Problem(where, "every server needs a name"))
-    role = reader.get(merged, "role", str, "regular", where)
-    return Server(
-        name=name if isinstance(name, str) else f"server{index}",
+    doc, _, problems = validate_partial(ServerDoc, merged, _at(where))
+    if not doc.name:
+        problems.append(Problem(where, "every server needs a name"))
+    role = doc.role or "regular"
+    nodes = doc.nodes if doc.nodes is not None else [doc.node or first_node]
+    if isinstance(nodes, str):
+        nodes = [nodes]
+    if not nodes:
+        problems.append(Problem(f"{where}.nodes", "expected a node name or a list of them, got []"))
+        nodes = [first_node]
+    server = Server(
+        name=doc.name or f"server{index}",
         role=role,
-        nodes=_name_list(reader, merged, "nodes", [merged.get("node", first_node)], where),
-        gpus=_int_list(reader, merged, "gpus", where),
-        tp=reader.get(merged, "tp", int, 1, where),
-        dp=reader.get(merged, "dp", int, 1, where),
-        ep=reader.get(merged, "ep", int, None, where),
-        port=reader.get(merged, "port", int, SGLANG_DEFAULT_PORT, where),
-        bootstrap_port=reader.get(
-            merged, "bootstrap_port", int, SGLANG_DEFAULT_BOOTSTRAP_PORT if role == "prefill" else None, where
-        ),
-        dist_init_port=reader.get(merged, "dist_init_port", int, DEFAULT_DIST_INIT_PORT, where),
-        mem_fraction_static=reader.get(merged, "mem_fraction_static", float, None, where),
-        attention_backend=reader.get(merged, "attention_backend", str, None, where),
-        kv_cache_dtype=reader.get(merged, "kv_cache_dtype", str, None, where),
-        context_length=reader.get(merged, "context_length", int, None, where),
-        chunked_prefill_size=reader.get(merged, "chunked_prefill_size", int, None, where),
-        cuda_graph_max_bs_decode=reader.get(merged, "cuda_graph_max_bs_decode", int, None, where),
-        num_continuous_decode_steps=reader.get(merged, "num_continuous_decode_steps", int, None, where),
-        transfer_backend=reader.get(merged, "transfer_backend", str, None, where),
-        speculative=_speculative(reader, merged, where),
-        nccl=reader.str_map(merged, "nccl", where),
-        env=reader.str_map(merged, "env", where),
-        args=dict(reader.get(merged, "args", dict, {}, where) or {}),
+        nodes=tuple(nodes),
+        gpus=tuple(doc.gpus or ()),
+        tp=doc.tp if doc.tp is not None else 1,
+        dp=doc.dp if doc.dp is not None else 1,
+        ep=doc.ep,
+        port=doc.port if doc.port is not None else SGLANG_DEFAULT_PORT,
+        bootstrap_port=doc.bootstrap_port
+        if doc.bootstrap_port is not None
+        else (SGLANG_DEFAULT_BOOTSTRAP_PORT if role == "prefill" else None),
+        dist_init_port=doc.dist_init_port if doc.dist_init_port is not None else DEFAULT_DIST_INIT_PORT,
+        mem_fraction_static=doc.mem_fraction_static,
+        attention_backend=doc.attention_backend,
+        kv_cache_dtype=doc.kv_cache_dtype,
+        context_length=doc.context_length,
+        chunked_prefill_size=doc.chunked_prefill_size,
+        cuda_graph_max_bs_decode=doc.cuda_graph_max_bs_decode,
+        num_continuous_decode_steps=doc.num_continuous_decode_steps,
+        transfer_backend=doc.transfer_backend,
+        nccl_profile=doc.nccl_profile,
+        speculative=_speculative(doc.speculative),
+        nccl=_env_map(doc.nccl),
+        env=_env_map(doc.env),
+        args=dict(doc.args or {}),
     )
+    return server, problems
 
 
-def _nodes(reader: _Reader, data: dict[str, Any], node_gpus: int) -> tuple[Node, ...]:
-    raw = reader.get(data, "nodes", list, None, "topology")
+def _nodes(raw: list[Any] | None, node_gpus: int) -> tuple[tuple[Node, ...], list[Problem]]:
     if not raw:
-        return (Node(LOCAL_NODE, None, node_gpus),)
-    nodes = []
+        return (Node(LOCAL_NODE, None, node_gpus),), []
+    nodes: list[Node] = []
+    problems: list[Problem] = []
     for index, entry in enumerate(raw):
-        where = f"nodes[{index}]"
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            reader.problems.append(Problem(where, f"expected a mapping with a name, got {entry!r}"))
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
+            problems.append(Problem(f"nodes[{index}]", f"expected a mapping with a name, got {short(entry)}"))
             continue
-        nodes.append(
-            Node(
-                name=entry["name"],
-                address=reader.get(entry, "address", str, None, f"node {entry['name']}"),
-                gpus=reader.get(entry, "gpus", int, node_gpus, f"node {entry['name']}"),
-            )
-        )
-    return tuple(nodes) or (Node(LOCAL_NODE, None, node_gpus),)
+        doc, _, found = validate_partial(NodeDoc, entry, _at(f"node {entry['name']}"))
+        problems.extend(found)
+        nodes.append(Node(name=str(doc.name), address=doc.address, gpus=doc.gpus or node_gpus))
+    return tuple(nodes) or (Node(LOCAL_NODE, None, node_gpus),), problems
 
 
-def _model(reader: _Reader, data: dict[str, Any]) -> Model:
-    raw = reader.get(data, "model", dict, {}, "topology") or {}
-    path = reader.get(raw, "path", str, "", "model") or ""
+def _model(raw: dict[str, Any] | None) -> tuple[Model, list[Problem]]:
+    doc, _, problems = validate_partial(ModelDoc, raw or {}, _at("model"))
+    path = doc.path or ""
     if not path:
-        reader.problems.append(Problem("model.path", "the model path inside the container is required"))
-    return Model(
+        problems.append(Problem("model.path", "the model path inside the container is required"))
+    model = Model(
         path=path,
-        host_path=reader.get(raw, "host_path", str, path, "model") or path,
-        served_name=reader.get(raw, "served_name", str, None, "model"),
-        quantization=reader.get(raw, "quantization", str, None, "model"),
-        preset=reader.get(raw, "preset", str, None, "model"),
-        weights_gb=reader.get(raw, "weights_gb", float, None, "model"),
+        host_path=doc.host_path or path,
+        served_name=doc.served_name,
+        quantization=doc.quantization,
+        preset=doc.preset,
+        weights_gb=doc.weights_gb,
     )
+    return model, problems
 
 
 def load_topology(data: dict[str, Any], node_gpus: int = DEFAULT_NODE_GPUS) -> tuple[Topology, list[Problem]]:
-    """Normalize a topology mapping; returns the model and the type problems found on the way."""
-    reader = _Reader()
-    name = reader.get(data, "name", str, "", "topology") or ""
-    nodes = _nodes(reader, data, node_gpus)
-    defaults = reader.get(data, "server_defaults", dict, {}, "topology") or {}
-    raw_servers = reader.get(data, "servers", list, [], "topology") or []
-    servers = [_server(reader, s, i, defaults, nodes[0].name) for i, s in enumerate(raw_servers)]
-    raw_router = reader.get(data, "router", dict, {}, "topology") or {}
+    """Normalize a topology mapping; returns the model and the schema problems found on the way."""
+    doc, _, problems = validate_partial(TopologyDoc, data, _at("topology"))
+    nodes, found = _nodes(doc.nodes, node_gpus)
+    problems.extend(found)
+    _, defaults, found = validate_partial(ServerDoc, doc.server_defaults or {}, _at("server_defaults"))
+    problems.extend(found)
+    servers: list[Server] = []
+    for index, raw in enumerate(doc.servers or []):
+        server, found = _server(raw, index, defaults, nodes[0].name)
+        problems.extend(found)
+        if server is not None:
+            servers.append(server)
+    router_doc, _, found = validate_partial(RouterDoc, doc.router or {}, _at("router"))
+    problems.extend(found)
     router = Router(
-        node=reader.get(raw_router, "node", str, nodes[0].name, "router"),
-        port=reader.get(raw_router, "port", int, ROUTER_DEFAULT_PORT, "router"),
-        prometheus_port=reader.get(
-            raw_router, "prometheus_port", int, ROUTER_DEFAULT_PROMETHEUS_PORT, "router"
-        ),
-        policy=reader.get(raw_router, "policy", str, ROUTER_DEFAULT_POLICY, "router"),
-        args=dict(reader.get(raw_router, "args", dict, {}, "router") or {}),
+        node=router_doc.node or nodes[0].name,
+        port=router_doc.port if router_doc.port is not None else ROUTER_DEFAULT_PORT,
+        prometheus_port=router_doc.prometheus_port
+        if router_doc.prometheus_port is not None
+        else ROUTER_DEFAULT_PROMETHEUS_PORT,
+        policy=router_doc.policy or ROUTER_DEFAULT_POLICY,
+        args=dict(router_doc.args or {}),
     )
+    model, found = _model(doc.model)
+    problems.extend(found)
     topology = Topology(
-        name=name,
-        description=reader.get(data, "description", str, "", "topology") or "",
-        model=_model(reader, data),
+        name=doc.name or "",
+        description=doc.description or "",
+        model=model,
         nodes=nodes,
-        network=reader.get(data, "network", str, "bridge", "topology"),
-        servers=tuple(s for s in servers if s is not None),
+        network=doc.network or "bridge",
+        servers=tuple(servers),
         router=router,
-        nccl=reader.str_map(data, "nccl", "topology"),
+        nccl=_env_map(doc.nccl),
+        nccl_profile=doc.nccl_profile,
         source=data,
     )
-    return topology, reader.problems
+    return topology, problems

@@ -7,7 +7,10 @@ The roles write exactly what `render()` returns (through the sglnode_topology fi
 
 from __future__ import annotations
 
+import ipaddress
+import re
 import textwrap
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,12 +49,24 @@ SHM_SIZE = "32gb"
 # --ulimit stack=67108864): pinned host buffers for NIXL/UCX and NCCL need unlimited memlock.
 MEMLOCK_UNLIMITED = -1
 STACK_BYTES = 67108864
+# The image's JIT caches (Triton, flashinfer JIT, torch inductor and extensions, CuTe DSL) all live
+# below SGLNODE_JIT_CACHE (images/sglang/Dockerfile); a named volume keeps them across restarts, so
+# only the first start of an image compiles. One volume per image: torch extensions are cached by
+# name only, and a module built against another torch would load and crash.
+JIT_CACHE_PATH = "/var/cache/sglang-jit"
+JIT_CACHE_VOLUME_KEY = "sglang-jit"
+# Fused-MoE Triton configs tuned on this node (tools/gpu/tune-node.sh, docs/tune.md): a cache root
+# mounted read-only where SGLANG_MOE_CONFIG_DIR points (it replaces the wheel's root, so the cache
+# carries the wheel's shipped configs too).
+MOE_CONFIG_MOUNT = "/opt/sglnode/moe-configs"
 # Inside the container, the HTTP server listens on all container interfaces; what the node exposes
 # is decided by the published port's host address (the inventory's bind address).
 CONTAINER_LISTEN_ADDRESS = "0.0.0.0"
 API_KEY_CONFIG = "api-key.yaml"
 API_KEY_ENV = "api-key.env"
 API_KEY_CONTAINER_PATH = "/run/sglang/api-key.yaml"
+RUNTIMES = ("real", "sim")
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
 MANAGED_HEADER = "Managed by sglnode from topology {name}; do not edit: change the topology and re-run."
 ENV_COMMENT_WIDTH = 98
 
@@ -63,6 +78,7 @@ class RenderOptions:
     bind_address: str = DEFAULT_BIND_ADDRESS
     prefix: str = ""  # node_prefix: absolute paths in units point under it
     p2p_safe: bool = True  # gpu_node.p2p_safe from preflight
+    p2p_level: str = ""  # NCCL_P2P_LEVEL preflight read from the PCIe topology; "" = NCCL's own choice
     infiniband: bool = False
     api_key: bool = False  # an API key secret exists (written by the role, never rendered)
     sglang_image: str = DEFAULT_SGLANG_IMAGE
@@ -70,6 +86,39 @@ class RenderOptions:
     sim_image: str = DEFAULT_SIM_IMAGE
     docker_bin: str = DEFAULT_DOCKER_BIN
     gpu_preset: str = "rtx-pro-6000-blackwell"
+    moe_config_dir: str = ""  # host path of a tuned MoE config cache root; "" = the wheel's configs
+
+    def __post_init__(self) -> None:
+        """Refuse options that would break the files they land in (a unit line, a compose port)."""
+        if self.runtime not in RUNTIMES:
+            raise ValueError(f"runtime {self.runtime!r} is not one of {', '.join(RUNTIMES)}")
+        if self.moe_config_dir and not self.moe_config_dir.startswith("/"):
+            raise ValueError(f"moe_config_dir {self.moe_config_dir!r} must be an absolute host path")
+        for name in (
+            "prefix",
+            "docker_bin",
+            "bind_address",
+            "sglang_image",
+            "router_image",
+            "sim_image",
+            "moe_config_dir",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, str) or CONTROL_CHARACTERS.search(value):
+                raise ValueError(f"{name} {value!r} must be text without control characters (newline, tab)")
+        levels = load_nccl_defaults()["p2p_level"]["levels"]
+        if self.p2p_level and self.p2p_level not in levels:
+            raise ValueError(
+                f"p2p_level {self.p2p_level!r} is not one of {', '.join(levels)} (NCCL_P2P_LEVEL)"
+            )
+        if self.prefix and not self.prefix.startswith("/"):
+            raise ValueError(f"prefix {self.prefix!r} must be an absolute path (or empty for /)")
+        if not self.docker_bin.startswith("/"):
+            raise ValueError(f"docker_bin {self.docker_bin!r} must be an absolute path")
+        try:
+            ipaddress.ip_address(self.bind_address)
+        except ValueError as exc:
+            raise ValueError(f"bind_address {self.bind_address!r} is not an IP address") from exc
 
 
 @dataclass(frozen=True)
@@ -118,12 +167,39 @@ def render(topology: Topology, options: RenderOptions | None = None) -> list[Ren
 
 
 # --- NCCL env files ---------------------------------------------------------------------------------
-def nccl_environment(topology: Topology, server: Server, opts: RenderOptions) -> list[tuple[str, str, str]]:
-    """(name, value, why) for one server: PCIe defaults, P2P-off and IB adjustments, then overrides."""
+def _entry(spec: dict[str, Any]) -> tuple[str, str]:
+    return str(spec["value"]), _one_line(spec["why"])
+
+
+def nccl_profile(topology: Topology, server: Server) -> str | None:
+    """The server's NCCL profile: its own, else the topology's, else none (NCCL's own choices)."""
+    return server.nccl_profile or topology.nccl_profile
+
+
+def ucx_transports(topology: Topology, server: Server, opts: RenderOptions) -> list[str]:
+    """UCX_TLS of a PD server whose KV moves over NIXL (empty for others)."""
     data = load_nccl_defaults()
-    entries: dict[str, tuple[str, str]] = {
-        k: (str(v["value"]), _one_line(v["why"])) for k, v in data["defaults"].items()
-    }
+    spec = data["kv_transfer"].get(str(server.transfer_backend))
+    if server.role == "regular" or spec is None:
+        return []
+    transports = list(spec["ucx_transports"])
+    if opts.infiniband:
+        transports += data["infiniband"]["ucx_transports"]
+    if not opts.p2p_safe:
+        transports = [t for t in transports if t not in spec["p2p_off_remove"]]
+    return transports
+
+
+def nccl_environment(topology: Topology, server: Server, opts: RenderOptions) -> list[tuple[str, str, str]]:
+    """(name, value, why) for one server: defaults, profile, preflight's P2P level, P2P-off and IB
+    adjustments, KV transfer transports, then the topology's and server's overrides."""
+    data = load_nccl_defaults()
+    entries: dict[str, tuple[str, str]] = {k: _entry(v) for k, v in data["defaults"].items()}
+    profile = nccl_profile(topology, server)
+    if profile:
+        entries.update({k: _entry(v) for k, v in data["profiles"][profile]["env"].items()})
+    if opts.p2p_level:
+        entries["NCCL_P2P_LEVEL"] = (opts.p2p_level, _one_line(data["p2p_level"]["why"]))
     if opts.infiniband:
         for name in data["infiniband"]["remove"]:
             entries.pop(name, None)
@@ -131,12 +207,16 @@ def nccl_environment(topology: Topology, server: Server, opts: RenderOptions) ->
         for name in data["p2p_off"]["remove"]:
             entries.pop(name, None)
         for name, spec in data["p2p_off"]["env"].items():
-            entries[name] = (str(spec["value"]), _one_line(spec["why"]))
+            entries[name] = _entry(spec)
+    transports = ucx_transports(topology, server, opts)
+    if transports:
+        why = data["kv_transfer"][str(server.transfer_backend)]["why"]
+        entries["UCX_TLS"] = (",".join(transports), _one_line(why))
     for source, overrides in (("topology", topology.nccl), (f"server {server.name}", server.nccl)):
         for name, value in overrides.items():
             default = entries.get(name)
             why = f"Set by the {source} (nccl:)" + (
-                f"; the PCIe default is {default[0]}." if default else "."
+                f"; the default here is {default[0]}." if default else "."
             )
             entries[name] = (value, why)
     for name, value in server.env.items():
@@ -148,7 +228,8 @@ def render_env_file(topology: Topology, server: Server, opts: RenderOptions) -> 
     lines = [
         f"# {MANAGED_HEADER.format(name=topology.name)}",
         f"# Environment of SGLang server {server.name} ({server.role}, GPUs {list(server.gpus)}).",
-        "# Order: PCIe defaults (sglnode/topology/nccl.yaml), topology nccl:, server nccl:, server env:.",
+        "# Order: defaults (sglnode/topology/nccl.yaml), nccl_profile, preflight's P2P level, KV transfer,",
+        "# topology nccl:, server nccl:, server env:.",
     ]
     for name, value, why in nccl_environment(topology, server, opts):
         lines.append("")
@@ -196,12 +277,36 @@ def sglang_command(topology: Topology, server: Server, node: str, opts: RenderOp
         address = head.address if head and head.address else opts.bind_address
         argv += ["--dist-init-addr", f"{address}:{server.dist_init_port}"]
         argv += ["--nnodes", str(len(server.nodes)), "--node-rank", str(server.nodes.index(node))]
+    if sees_every_gpu(topology, server):
+        # The container sees every GPU of the node (CUDA IPC to the other PD side); SGLang puts TP
+        # rank r on GPU base + r * step (srt/entrypoints/engine.py:935-939).
+        base, step = gpu_progression(server.gpus) or (0, 1)
+        argv += ["--base-gpu-id", str(base), "--gpu-id-step", str(step)]
     if not opts.p2p_safe:
         argv += load_nccl_defaults()["p2p_off"]["sglang_flags"]
     if opts.api_key:
         argv += ["--config", API_KEY_CONTAINER_PATH]
     argv += args_to_argv(server.args, exclude=set(argv))
     return argv
+
+
+def sees_every_gpu(topology: Topology, server: Server) -> bool:
+    """PD servers' containers see all of the node's GPUs, so UCX can reach the other side by CUDA IPC.
+
+    A container that sees only its own GPUs cannot open a CUDA IPC handle of memory on a GPU it does
+    not see, and NIXL/UCX then stages every KV page through host memory (docs/pd.md).
+    """
+    return server.role in ("prefill", "decode")
+
+
+def gpu_progression(gpus: tuple[int, ...]) -> tuple[int, int] | None:
+    """(base, step) when the GPU list is base, base + step, ... (what --base-gpu-id/--gpu-id-step say)."""
+    if not gpus:
+        return None
+    step = gpus[1] - gpus[0] if len(gpus) > 1 else 1
+    if step < 1 or any(gpu != gpus[0] + index * step for index, gpu in enumerate(gpus)):
+        return None
+    return gpus[0], step
 
 
 def args_to_argv(args: dict[str, Any], exclude: set[str] | None = None) -> list[str]:
@@ -273,6 +378,11 @@ def _healthcheck(host: str, port: int) -> dict[str, Any]:
     }
 
 
+def jit_cache_volume(image: str) -> str:
+    """Docker volume name of one image's JIT cache (volume names allow [a-zA-Z0-9_.-])."""
+    return "sglang-jit-" + re.sub(r"[^a-zA-Z0-9_.-]+", "-", image).strip("-.")
+
+
 def _health_host(topology: Topology, opts: RenderOptions) -> str:
     return opts.bind_address if topology.network == "host" else "127.0.0.1"
 
@@ -294,20 +404,25 @@ def _server_service(topology: Topology, server: Server, node: str, opts: RenderO
         "shm_size": SHM_SIZE,
         "ulimits": {"memlock": {"soft": MEMLOCK_UNLIMITED, "hard": MEMLOCK_UNLIMITED}, "stack": STACK_BYTES},
         "env_file": [f"./{server.name}.env"],
-        "volumes": [f"{model.host_path}:{model.path}:ro"],
+        "volumes": [f"{model.host_path}:{model.path}:ro", f"{JIT_CACHE_VOLUME_KEY}:{JIT_CACHE_PATH}"],
     }
     if opts.api_key:
         service["volumes"].append(f"./{API_KEY_CONFIG}:{API_KEY_CONTAINER_PATH}:ro")
+    if opts.moe_config_dir:
+        service["volumes"].append(f"{opts.moe_config_dir}:{MOE_CONFIG_MOUNT}:ro")
+        service["environment"] = {"SGLANG_MOE_CONFIG_DIR": MOE_CONFIG_MOUNT}
     if is_head:
         service.update(_published(topology, opts, server.port))
         service["healthcheck"] = _healthcheck(_health_host(topology, opts), server.port)
     elif topology.network == "host":
         service["network_mode"] = "host"
+    node_gpus = topology.node(node).gpus if topology.node(node) else max(server.gpus, default=0) + 1
+    visible = range(node_gpus) if sees_every_gpu(topology, server) else server.gpus
     service["deploy"] = {
         "resources": {
             "reservations": {
                 "devices": [
-                    {"driver": "nvidia", "device_ids": [str(g) for g in server.gpus], "capabilities": ["gpu"]}
+                    {"driver": "nvidia", "device_ids": [str(g) for g in visible], "capabilities": ["gpu"]}
                 ]
             }
         }
@@ -343,7 +458,10 @@ def render_compose(topology: Topology, node: str, opts: RenderOptions) -> str:
     services = {s.name: _server_service(topology, s, node, opts) for s in topology.servers if node in s.nodes}
     if topology.router.node == node:
         services["router"] = _router_service(topology, node, opts)
-    document = {"name": project_name(topology), "services": services}
+    document: dict[str, Any] = {"name": project_name(topology), "services": services}
+    if any(server.name in services for server in topology.servers):
+        # A fixed name (not project-scoped): every topology running this image shares its compiled kernels.
+        document["volumes"] = {JIT_CACHE_VOLUME_KEY: {"name": jit_cache_volume(opts.sglang_image)}}
     what = f"SGLang servers and router on node {node}; image tags pin SGLang and the router."
     return _header(topology, what) + yaml.dump(document, Dumper=_Dumper, sort_keys=False, width=120)
 
@@ -417,10 +535,29 @@ def compose_files(opts: RenderOptions) -> list[str]:
     return ["compose.yaml", "compose.sim.yaml"] if opts.runtime == "sim" else ["compose.yaml"]
 
 
+def _unit_specifiers(text: str) -> str:
+    """systemd expands %-specifiers in most settings (systemd.unit(5) "Specifiers"): %% is a literal %."""
+    return text.replace("%", "%%")
+
+
+def _unit_exec_arg(arg: str) -> str:
+    """One ExecStart= argument: $ and % escaped, quoted when it holds spaces (systemd.service(5))."""
+    text = _unit_specifiers(arg).replace("$", "$$")
+    if re.search(r"[\s\"'\\;]", text):
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return text
+
+
+def _unit_uri(path: str) -> str:
+    """Documentation= is a space-separated list of URIs: the path percent-encoded, then % escaped."""
+    return _unit_specifiers("file://" + urllib.parse.quote(path))
+
+
 def render_unit(topology: Topology, opts: RenderOptions) -> str:
     directory = f"{opts.prefix.rstrip('/')}/{config_dir(topology)}"
     compose = " ".join(
-        [opts.docker_bin, "compose", "--project-name", project_name(topology)]
+        _unit_exec_arg(arg)
+        for arg in [opts.docker_bin, "compose", "--project-name", project_name(topology)]
         + [arg for f in compose_files(opts) for arg in ("--file", f)]
     )
     return textwrap.dedent(
@@ -430,7 +567,7 @@ def render_unit(topology: Topology, opts: RenderOptions) -> str:
         # topology takes the GPUs (the sglang_serve role stops the other sglang-*.service first).
         [Unit]
         Description=SGLang topology {topology.name} (compose project {project_name(topology)})
-        Documentation=file://{directory}/compose.yaml
+        Documentation={_unit_uri(f"{directory}/compose.yaml")}
         Requires=docker.service
         After=docker.service network-online.target
         Wants=network-online.target
@@ -438,7 +575,7 @@ def render_unit(topology: Topology, opts: RenderOptions) -> str:
         [Service]
         Type=oneshot
         RemainAfterExit=yes
-        WorkingDirectory={directory}
+        WorkingDirectory={_unit_specifiers(directory)}
         ExecStart={compose} up --detach --remove-orphans --pull never
         ExecStop={compose} down
         TimeoutStartSec={UNIT_START_TIMEOUT_S}

@@ -1,7 +1,7 @@
 import io
 from pathlib import Path
 
-from sglnode.progress import STAGE_TO_OOM_PHASE, ProgressDisplay, ProgressTracker, Stage
+from sglnode.readiness.startup import STAGE_TO_OOM_PHASE, ProgressDisplay, ProgressTracker, Stage
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 

@@ -11,8 +11,14 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from sglnode.planning.presets import PresetError, load_model_preset
-from sglnode.topology.flags import FIELD_FLAGS, ROUTER_POLICIES, FlagCatalog, load_catalog, normalize_flag
+from sglnode.topology.flags import (
+    FIELD_FLAGS,
+    ROUTER_POLICIES,
+    FlagCatalog,
+    load_catalog,
+    load_nccl_defaults,
+    normalize_flag,
+)
 from sglnode.topology.model import (
     DEFAULT_NODE_GPUS,
     NETWORK_MODES,
@@ -22,6 +28,8 @@ from sglnode.topology.model import (
     Topology,
     load_topology,
 )
+from sglnode.topology.render import gpu_progression, sees_every_gpu
+from sglnode.topology.schema import suggest
 
 # SGLang asserts 0 < mem_fraction_static < 1; above 0.98 nothing is left for activations, CUDA
 # graphs and NCCL buffers, so the load fails late (after minutes of weight loading) instead of here.
@@ -39,7 +47,9 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MANAGED_FLAGS = {flag: field for field, flag in FIELD_FLAGS.items()}
 
 
-def validate(data: dict[str, Any], node_gpus: int = DEFAULT_NODE_GPUS) -> tuple[Topology, list[Problem]]:
+def check_topology(
+    data: dict[str, Any], node_gpus: int = DEFAULT_NODE_GPUS
+) -> tuple[Topology, list[Problem]]:
     """Normalize and check a topology mapping; an empty problem list means it can be rendered."""
     topology, problems = load_topology(data, node_gpus)
     catalog = load_catalog()
@@ -48,6 +58,7 @@ def validate(data: dict[str, Any], node_gpus: int = DEFAULT_NODE_GPUS) -> tuple[
     draft_in_checkpoint = _model_drafts_from_its_checkpoint(topology)
     for server in topology.servers:
         problems.extend(_check_server(topology, server, catalog, draft_in_checkpoint))
+    problems.extend(_check_model_fit(topology))
     problems.extend(_check_gpu_sharing(topology))
     problems.extend(_check_ports(topology))
     problems.extend(_check_pd(topology))
@@ -59,10 +70,29 @@ def _model_drafts_from_its_checkpoint(topology: Topology) -> bool:
     """SGLang uses the target checkpoint's own MTP layers as the EAGLE draft for some architectures."""
     if not topology.model.preset:
         return False
+    # Imported here: sglnode.planning reads its files through sglnode.topology's loader.
+    from sglnode.planning.presets import PresetError, load_model_preset  # noqa: PLC0415
+
     try:
         return load_model_preset(topology.model.preset).sglang.draft_in_checkpoint
     except PresetError:
         return False  # an unknown preset is reported by the memory preflight
+
+
+def _check_model_fit(topology: Topology) -> Iterator[Problem]:
+    """What SGLang refuses for this model whatever the memory: a TP size its heads do not split into."""
+    if not topology.model.preset:
+        return
+    from sglnode.planning.planner import tp_problems  # noqa: PLC0415 - see _model_drafts_from_its_checkpoint
+    from sglnode.planning.presets import PresetError, load_model_preset  # noqa: PLC0415
+
+    try:
+        model = load_model_preset(topology.model.preset)
+    except PresetError:
+        return  # reported by the memory preflight, with the known presets
+    for server in topology.servers:
+        for message in tp_problems(model, server.tp):
+            yield Problem(f"server {server.name}.tp", message)
 
 
 def _check_names(topology: Topology) -> Iterator[Problem]:
@@ -81,7 +111,19 @@ def _check_names(topology: Topology) -> Iterator[Problem]:
         seen.add(server.name)
 
 
+def _check_profile(where: str, profile: str | None) -> Iterator[Problem]:
+    if profile is None:
+        return
+    known = sorted(load_nccl_defaults()["profiles"])
+    if profile not in known:
+        yield Problem(
+            where,
+            f"{profile!r} is not an NCCL profile of sglnode/topology/nccl.yaml; {suggest(profile, known)}",
+        )
+
+
 def _check_nodes(topology: Topology) -> Iterator[Problem]:
+    yield from _check_profile("topology.nccl_profile", topology.nccl_profile)
     for name in topology.nccl:
         if not ENV_NAME.match(name):
             yield Problem(f"topology.nccl.{name}", "is not a valid environment variable name")
@@ -129,6 +171,7 @@ def _check_server(
         for name in getattr(server, field_name):
             if not ENV_NAME.match(name):
                 yield Problem(f"{at}.{field_name}.{name}", "is not a valid environment variable name")
+    yield from _check_profile(f"{at}.nccl_profile", server.nccl_profile)
     yield from _check_speculative(at, server, catalog, draft_in_checkpoint)
     yield from check_args(f"{at}.args", server.args, catalog)
 
@@ -148,6 +191,12 @@ def _check_placement(topology: Topology, server: Server) -> Iterator[Problem]:
     repeated = sorted({g for g in server.gpus if server.gpus.count(g) > 1})
     if repeated:
         yield Problem(f"{at}.gpus", f"GPU(s) {repeated} listed more than once")
+    elif server.gpus and sees_every_gpu(topology, server) and gpu_progression(server.gpus) is None:
+        yield Problem(
+            f"{at}.gpus",
+            f"{list(server.gpus)}: a PD server's container sees every GPU and picks its own with "
+            "--base-gpu-id and --gpu-id-step, so list them as base, base + step, ... (e.g. [4, 5, 6, 7])",
+        )
 
 
 def _check_choice(at: str, field_name: str, value: str | None, catalog: FlagCatalog) -> Iterator[Problem]:
@@ -173,6 +222,12 @@ def _check_positive(at: str, server: Server) -> Iterator[Problem]:
         value = getattr(server, field_name)
         if value is not None and value < 1:
             yield Problem(f"{at}.{field_name}", f"must be a positive integer, got {value}")
+    # SGLang reads --chunked-prefill-size -1 as "no chunking" (srt/arg_groups/fields/schedule.py:52).
+    chunked = server.chunked_prefill_size
+    if chunked is not None and chunked != -1 and chunked < 1:
+        yield Problem(
+            f"{at}.chunked_prefill_size", f"must be -1 (no chunking) or a positive integer, got {chunked}"
+        )
 
 
 def _check_speculative(
@@ -299,6 +354,47 @@ def _check_pd(topology: Topology) -> Iterator[Problem]:
     backends = {s.transfer_backend for s in topology.servers if s.role != "regular"}
     if len(backends) > 1:
         yield Problem("topology.servers", f"prefill and decode must use one transfer_backend, got {backends}")
+    for server in topology.servers:
+        if server.role == "decode" and server.bootstrap_port is not None:
+            yield Problem(
+                f"server {server.name}.bootstrap_port",
+                "only a prefill server serves the KV bootstrap port (decode learns it from the router)",
+            )
+    yield from _check_pd_agreement(topology)
+
+
+def _pd_setting(server: Server, name: str) -> Any:
+    if name == "speculative":
+        return server.speculative.algorithm if server.speculative else None
+    if name == "page_size":
+        return server.args.get("page_size", server.args.get("page-size"))
+    return getattr(server, name)
+
+
+# What prefill and decode must agree on: KV pages move as raw bytes, so both sides need one layout
+# (SGLang 0.5.23 srt/disaggregation/utils.py:263 kv_layout_signature: "the same byte sizes under
+# another dtype or page layout ... hold other bytes"; it only skips its checksum, it does not refuse),
+# and an EAGLE-family prefill sends the draft's hidden states along (srt/disaggregation/prefill.py:943).
+PD_AGREEMENT = {
+    "kv_cache_dtype": "the KV pages decode receives are in prefill's dtype",
+    "page_size": "KV moves page by page in one layout",
+    "speculative": "prefill sends the draft model's hidden states with the KV for decode to draft from",
+}
+
+
+def _check_pd_agreement(topology: Topology) -> Iterator[Problem]:
+    sides = [s for s in topology.servers if s.role in ("prefill", "decode")]
+    for name, why in PD_AGREEMENT.items():
+        values = {s.name: _pd_setting(s, name) for s in sides}
+        if len(set(map(str, values.values()))) > 1:
+            shown = ", ".join(f"{server}: {value}" for server, value in values.items())
+            field = "speculative.algorithm" if name == "speculative" else name
+            if name == "page_size":
+                field = "args.page_size"
+            yield Problem(
+                f"topology.servers.{field}",
+                f"prefill and decode servers must agree on {field} ({why}); got {shown}",
+            )
 
 
 def _check_router(topology: Topology) -> Iterator[Problem]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglnode.topology import read_topology_file, validate
+from sglnode.topology import check_topology, read_topology_file
 from sglnode.topology.flags import load_catalog
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,18 +42,18 @@ def test_shipped_topologies_are_the_five_the_issue_names():
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
 def test_shipped_topology_is_valid(path):
-    topology, problems = validate(read_topology_file(path))
+    topology, problems = check_topology(read_topology_file(path))
     assert problems == []
     assert topology.name == path.stem
 
 
 def test_base_fixture_is_valid_so_each_case_fails_for_its_own_reason():
-    assert validate(copy.deepcopy(BASE))[1] == []
+    assert check_topology(copy.deepcopy(BASE))[1] == []
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_bad_input_is_rejected_naming_server_and_field(case):
-    _, problems = validate(patched(case))
+    _, problems = check_topology(patched(case))
     expect = case["expect"]
     matching = [p for p in problems if p.where == expect["where"] and re.search(expect["message"], p.message)]
     assert matching, f"expected {expect}, got {[str(p) for p in problems]}"
@@ -62,7 +62,7 @@ def test_bad_input_is_rejected_naming_server_and_field(case):
 def test_every_problem_is_listed_not_only_the_first():
     data = patched({"set": {"servers.0.mem_fraction_static": 1.5, "servers.1.gpus": [0, 5, 6, 7]}})
     data["servers"][1]["args"] = {"cuda_graph_max_bs": 8}
-    wheres = {p.where for p in validate(data)[1]}
+    wheres = {p.where for p in check_topology(data)[1]}
     assert {
         "server prefill0.mem_fraction_static",
         "server decode0.gpus",
@@ -73,7 +73,7 @@ def test_every_problem_is_listed_not_only_the_first():
 def test_server_defaults_merge_args_instead_of_replacing_them():
     data = copy.deepcopy(BASE)
     data["servers"][0]["args"] = {"log_level": "info"}
-    topology, problems = validate(data)
+    topology, problems = check_topology(data)
     assert problems == []
     assert topology.servers[0].args == {"enable_metrics": True, "log_level": "info"}
     assert topology.servers[1].args == {"enable_metrics": True}
@@ -94,5 +94,5 @@ def test_flag_catalog_knows_aliases_and_the_0523_replacements():
 def test_deprecated_flag_is_refused_with_its_replacement():
     data = copy.deepcopy(BASE)
     data["servers"][1]["args"] = {"disable_cuda_graph": True}
-    messages = [p.message for p in validate(data)[1]]
+    messages = [p.message for p in check_topology(data)[1]]
     assert any("deprecated" in m and "--cuda-graph-backend" in m for m in messages)

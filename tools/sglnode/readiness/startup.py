@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TextIO
 
-from sglnode import loglines
+from sglnode.readiness import loglines
 
 
 class Stage(IntEnum):
@@ -136,6 +136,14 @@ class ProgressDisplay:
             self._line_open = True
         else:
             self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def note(self, text: str) -> None:
+        """A status line that is not a milestone (e.g. "connection refused at URL"), on its own line."""
+        if self._line_open:
+            self.stream.write("\n")
+            self._line_open = False
+        self.stream.write(text + "\n")
         self.stream.flush()
 
     def close(self) -> None:

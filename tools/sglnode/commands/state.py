@@ -1,0 +1,165 @@
+"""`sglnode status` and `sglnode state begin|finish|target`: the node's deployment record.
+
+`status` prints what runs now, the last known-good deployment and the history of attempts (`--json`
+for machines). The playbooks record every change: `state begin` before a switch, upgrade or rollback
+(it keeps a copy of the topology file), `state finish` with the outcome, the diagnosis of a failed
+start and the measured downtime, and `state target` names what a rollback restores.
+Exit codes: 0 done, 1 the transition is not allowed (e.g. an attempt still running), 64 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from sglnode.deploy.state import (
+    ACTIONS,
+    DEFAULT_STATE_DIR,
+    OUTCOMES,
+    Deployment,
+    StateError,
+    StateStore,
+    render_status,
+)
+from sglnode.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    status = subparsers.add_parser("status", help="what is deployed, the last known-good state, the history")
+    status.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=run_status)
+
+    state = subparsers.add_parser("state", help="record deployment attempts (used by the playbooks)")
+    actions = state.add_subparsers(dest="state_command", metavar="ACTION", required=True)
+    begin = actions.add_parser("begin", help="record the start of a change; prints the attempt")
+    begin.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    begin.add_argument("--action", choices=ACTIONS, required=True)
+    begin.add_argument("--topology", type=Path, required=True, help="the topology file being deployed")
+    begin.add_argument("--topology-name", required=True)
+    begin.add_argument("--image", required=True, help="SGLang image reference")
+    begin.add_argument("--image-id", default="")
+    begin.add_argument("--driver", default="", help="NVIDIA driver version")
+    begin.add_argument("--cuda", default="", help="CUDA version")
+    begin.add_argument("--note", default="")
+    begin.set_defaults(func=run_begin)
+
+    finish = actions.add_parser("finish", help="record how a change ended")
+    finish.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    finish.add_argument("--attempt", type=int, required=True)
+    finish.add_argument("--outcome", choices=[o for o in OUTCOMES if o != "running"], required=True)
+    finish.add_argument("--diagnosis", type=Path, help="JSON of `sglnode wait --json` or `diagnose --json`")
+    finish.add_argument("--downtime", type=float, help="seconds without a ready router")
+    finish.add_argument("--validate-report", type=Path, help="report.json of `sglnode validate`")
+    finish.set_defaults(func=run_finish)
+
+    target = actions.add_parser("target", help="the deployment a rollback restores, as JSON")
+    target.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    which = target.add_mutually_exclusive_group()
+    which.add_argument("--known-good", action="store_true", help="the last known-good deployment (default)")
+    which.add_argument("--index", type=int, help="N-th known-good deployment, newest first (0 = last)")
+    target.set_defaults(func=run_target)
+
+
+def _fail(message: str, code: int = EXIT_FAILED) -> int:
+    print(f"sglnode state: {message}", file=sys.stderr)
+    return code
+
+
+def run_status(args: argparse.Namespace) -> int:
+    store = StateStore(args.state_dir)
+    try:
+        state = store.read()
+    except StateError as exc:
+        return _fail(str(exc))
+    if args.json:
+        print(json.dumps({**state.to_json(), "state_dir": str(store.root)}, indent=2))
+    else:
+        print(render_status(state, store))
+    return EXIT_OK
+
+
+def run_begin(args: argparse.Namespace) -> int:
+    store = StateStore(args.state_dir)
+    try:
+        sha = store.keep_topology(args.topology)
+    except OSError as exc:
+        return _fail(f"cannot read the topology {args.topology}: {exc}", EXIT_USAGE)
+    target = Deployment(
+        topology_name=args.topology_name,
+        topology_sha256=sha,
+        image_ref=args.image,
+        image_id=args.image_id,
+        driver_version=args.driver,
+        cuda_version=args.cuda,
+    )
+    try:
+        attempt = store.begin(args.action, target, note=args.note)
+    except StateError as exc:
+        return _fail(str(exc))
+    print(json.dumps({**asdict(attempt), "topology_copy": str(store.topology_copy(sha))}, indent=2))
+    return EXIT_OK
+
+
+def _diagnosis(path: Path | None) -> dict[str, Any] | None:
+    """The diagnosis object of a wait/diagnose JSON (or of the first failed server in a rollout report)."""
+    if path is None:
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if "diagnosis" in data and isinstance(data["diagnosis"], dict):
+        data = data["diagnosis"]
+    elif "waits" in data:
+        failed = [w for w in data["waits"] if (w.get("result") or {}).get("diagnosis")]
+        data = failed[0]["result"]["diagnosis"] if failed else {}
+    keep = ("cause", "phase", "rule_id", "fix", "confidence")
+    return {key: data.get(key) for key in keep if key in data} or None
+
+
+def _summary(path: Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    report = json.loads(path.read_text(encoding="utf-8"))
+    bench = report.get("bench") or {}
+    stages = ((bench.get("report") or {}).get("stages")) or []
+    return {
+        "exit_code": report.get("exit_code"),
+        "simulated": report.get("simulated"),
+        "output_tok_s": {s.get("label", str(i)): s.get("output_tok_s") for i, s in enumerate(stages)},
+    }
+
+
+def run_finish(args: argparse.Namespace) -> int:
+    store = StateStore(args.state_dir)
+    try:
+        diagnosis = _diagnosis(args.diagnosis)
+        summary = _summary(args.validate_report)
+    except (OSError, ValueError) as exc:
+        return _fail(f"cannot read a report: {exc}", EXIT_USAGE)
+    try:
+        state = store.finish(args.attempt, args.outcome, diagnosis, args.downtime, summary)
+    except StateError as exc:
+        return _fail(str(exc))
+    print(json.dumps(asdict(state.attempt(args.attempt)), indent=2))
+    return EXIT_OK
+
+
+def run_target(args: argparse.Namespace) -> int:
+    store = StateStore(args.state_dir)
+    try:
+        state = store.read()
+    except StateError as exc:
+        return _fail(str(exc))
+    candidates = state.known_good_states()
+    index = args.index or 0
+    if index >= len(candidates):
+        return _fail(f"no known-good deployment #{index} (the node has {len(candidates)})")
+    deployment = candidates[index]
+    copy = store.topology_copy(deployment.topology_sha256)
+    print(
+        json.dumps({**asdict(deployment), "topology_copy": str(copy), "copy_exists": copy.exists()}, indent=2)
+    )
+    return EXIT_OK

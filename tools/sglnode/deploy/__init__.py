@@ -1,0 +1,1 @@
+"""Changes to a serving node: what is deployed, what was last known good, and the attempts between."""
