@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Smoke checks for the sglang-sm120 image that need no GPU (run by the Dockerfile's audit stage):
-#   1. torch is a CUDA 13 build compiled for the GPU's arch (CUDA_ARCH, e.g. "12.0a": sm_120);
+#   1. torch is a CUDA 13 build compiled for the GPU's arch (CUDA_ARCH "X.Ya": sm_XY);
 #   2. sglang, its server arguments, sgl_kernel, flashinfer and the enabled transfer backends import;
 #   3. `python3 -m sglang.launch_server --help` runs.
 # Which versions are installed is not checked here: the lock decides that (pip --require-hashes).
@@ -8,7 +8,7 @@
 #
 #   smoke.sh REPORT_FILE
 #
-# Env: CUDA_ARCH (required: the image's TORCH_CUDA_ARCH_LIST, "<major>.<minor>a");
+# Env: CUDA_ARCH (required: the image's TORCH_CUDA_ARCH_LIST, "X.Ya" for compute capability X.Y);
 # ENABLE_NIXL ENABLE_MOONCAKE ENABLE_DEEPEP (1 = installed, so check it); NO_GPU_LIB (default
 # /opt/sglnode/no-gpu: a folder with a libcuda.so.1 stub for machines without a driver). Exit 0 only if
 # all pass.
@@ -24,7 +24,7 @@ no_gpu_lib="${NO_GPU_LIB:-/opt/sglnode/no-gpu}"
 export LD_LIBRARY_PATH="${no_gpu_lib}${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
 
 {
-  echo "# sglang-sm120 smoke report (no GPU: torch build, imports, launch_server --help)"
+  echo "# SGLang image smoke report (no GPU: torch build, imports, launch_server --help)"
   python3 - <<'PY'
 import importlib
 import os

@@ -1,7 +1,7 @@
 """Lookup plugin: a value of tools/sglnode/pins.yaml, the repository's one place for pinned versions
 and the node's hardware facts.
 
-    {{ lookup('sglnode_pins', 'sglang') }}            -> "0.5.23"
+    {{ lookup('sglnode_pins', 'sglang') }}            -> the pinned SGLang version
     {{ lookup('sglnode_pins', 'gpu.compute_capability') }}
     {{ lookup('sglnode_pins', 'sglang_image') }}      derived values too (tools/sglnode/pins.py)
     {{ lookup('sglnode_pins') }}                      every value, as a mapping

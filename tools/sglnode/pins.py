@@ -224,6 +224,18 @@ class Pins:
         return value
 
 
+def gpu_env(values: Pins | None = None) -> dict[str, str]:
+    """The node's GPU facts for code that runs inside the SGLang image without this package
+    (tools/oracle/node_double.py): `docker run -e` these."""
+    gpu = (values or pins()).gpu
+    return {
+        "SGLNODE_GPU_NAME": gpu.device_name,
+        "SGLNODE_GPU_CAPABILITY": gpu.compute_capability,
+        "SGLNODE_GPU_MIB": str(gpu.memory_mib),
+        "SGLNODE_GPU_COUNT": str(gpu.count),
+    }
+
+
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in data.items():

@@ -22,7 +22,7 @@ BUILD_SCRIPT = REPO_ROOT / "images" / "sim" / "build.sh"
 TAG = PINS.sim_image
 SIM_UID = "10002"  # images/sim/Dockerfile ARG SIM_UID
 READY_TIMEOUT_S = 60
-SGLANG_PORT = 30000
+SGLANG_PORT = PINS.ports.sglang
 SIM_ARGS = [
     "python3",
     "-m",

@@ -1,7 +1,7 @@
 """HTTP to an SGLang server or router: readiness, one tiny generation, model/server info, metrics.
 
 Synchronous on purpose: `sglnode wait` runs the probe in its own thread so a slow answer never
-delays reading the log. Endpoints (SGLang 0.5.23, python/sglang/srt/entrypoints/http_server.py):
+delays reading the log. Endpoints (the pinned SGLang, python/sglang/srt/entrypoints/http_server.py):
 `/health_generate` (200 only after a real forward pass), `/health`, `/model_info`,
 `/server_info` (`/get_server_info` on older releases), `/metrics` (with --enable-metrics),
 `/generate`. The router (sglang-router) serves `/health`, `/generate` and `/v1/*`.

@@ -85,7 +85,7 @@ class RenderOptions:
     router_image: str = DEFAULT_ROUTER_IMAGE
     sim_image: str = DEFAULT_SIM_IMAGE
     docker_bin: str = DEFAULT_DOCKER_BIN
-    gpu_preset: str = "rtx-pro-6000-blackwell"
+    gpu_preset: str = PINS.gpu.preset
     moe_config_dir: str = ""  # host path of a tuned MoE config cache root; "" = the wheel's configs
 
     def __post_init__(self) -> None:
@@ -344,7 +344,7 @@ def _worker_url(topology: Topology, server: Server, opts: RenderOptions) -> str:
 
 
 def router_command(topology: Topology, opts: RenderOptions) -> list[str]:
-    """The argv of the real sglang-router (0.3.2): PD mode for PD topologies, worker URLs otherwise."""
+    """The argv of the real (pinned) sglang-router: PD mode for PD topologies, worker URLs otherwise."""
     router = topology.router
     listen = _listen_address(topology, opts)
     argv = ["python3", "-m", "sglang_router.launch_router", "--host", listen, "--port", str(router.port)]
