@@ -16,7 +16,7 @@ TAG_FILE = REPO / ".cache" / "sglang-image.tag"
 DEVICE = "NVIDIA_RTX_PRO_6000_Blackwell_Server_Edition"
 RUN_TIMEOUT_S = 600
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+pytestmark = [pytest.mark.docker, pytest.mark.sglang_image, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ SNAPSHOT = Path(__file__).parent / "fixtures" / "oracle" / "sglang-0.5.23-memory
 NO_GPU_LIBS = "/opt/sglnode/no-gpu"
 RUN_TIMEOUT_S = 600
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.sglang_image]
 
 
 @pytest.fixture(scope="module")
