@@ -42,6 +42,7 @@ ALLOWED_FILES: tuple[tuple[str, str], ...] = (
     ("tools/tests/fixtures/oracle/*", "generated: SGLang's own memory resolution in the image"),
     ("tools/tests/fixtures/corpus/*", "verbatim: real logs of many engines"),
     ("tools/tests/fixtures/logs/*", "verbatim: SGLang logs"),
+    ("tools/tests/fixtures/tune/*", "verbatim: a sweep's recorded output"),
     ("molecule/shared/*", "test fixture: the fixture apt repo's package versions"),
 )
 # A pin in a file where the same number states another fact. (path, pins key, reason)
@@ -52,6 +53,7 @@ ALLOWED_VALUES: tuple[tuple[str, str, str], ...] = (
     ("roles/nvidia_driver/vars/Ubuntu.yml", "driver_branch", "branch-named distro packages (a list)"),
     ("molecule/cuda_toolkit/molecule.yml", "cuda", "the CI host's toolkit mount; test_pins checks it"),
     ("tools/tests/test_upstream_diff.py", "sglang", "two historical releases the diff command compares"),
+    ("tools/tests/test_host_roles_bad_vars.py", "driver_branch", "CUDA 13's oldest branch"),
 )
 # Generated lines (pins.py sync) inside otherwise hand-written files.
 GENERATED_LINES = {path for path, _, _ in pins_module.REQUIREMENT_LINES}
@@ -61,10 +63,22 @@ GENERATED_BLOCKS = {pins_module.README: (pins_module.TABLE_BEGIN, pins_module.TA
 STRICT_KEYS = (
     *("sglnode", "sglang", "torch", "flashinfer", "sglang_kernel", "cuda", "cuda_wheels", "cuobjdump"),
     *("nixl", "mooncake", "sglang_router", "driver_branch", "nccl", "cudnn", "flash_attn", "deepep"),
-    *("base_image", "cuda_tag", "ports.sglang", "ports.bootstrap", "ports.router", "ports.router_prometheus"),
-    *("gpu.device_name", "gpu.compute_capability", "gpu.cuda_arch", "gpu.memory_mib"),
+    *("base_image", "cuda_tag", "gpu.device_name", "gpu.cuda_arch"),
 )
+# Ports, the GPU's memory and its compute capability are also plain numbers in tests and prose (a URL
+# to parse, an nvidia-smi line, a latency); they are pins where something is configured or computed
+# from them: the configuration files and the package's code.
+CODE_KEYS = (
+    "ports.sglang",
+    "ports.bootstrap",
+    "ports.router",
+    "ports.router_prometheus",
+    "gpu.memory_mib",
+    "gpu.compute_capability",
+)
+CODE_FILES = ("tools/sglnode/*.py",)
 CONFIG_KEYS = (
+    *CODE_KEYS,
     "gpu.sm",
     "gpu.sm_arch_specific",
     "gpu.model",
@@ -176,12 +190,15 @@ def scan(repo: Path = REPO_ROOT, values: pins_module.Pins | None = None) -> list
                 text = _blank(text, first, last)
         if _matches(path, VERBATIM_LINES):
             text = VERBATIM_LINE.sub("", text)
-        config_text = COMMENT.sub(r"\1", text) if _matches(path, CONFIG_FILES) else None
+        config_text = COMMENT.sub(r"\1", text) if _matches(path, CONFIG_FILES + CODE_FILES) else None
+        code_only = not _matches(path, CONFIG_FILES)
         allowed_keys = {key for allowed_path, key, _ in ALLOWED_VALUES if allowed_path == path}
         for key, (value, regex, strict) in patterns.items():
             if key in allowed_keys:
                 continue
             haystack = text if strict else config_text
+            if code_only and not strict and key not in CODE_KEYS:
+                continue
             if haystack is None:
                 continue
             for match in regex.finditer(haystack):

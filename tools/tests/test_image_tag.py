@@ -67,7 +67,7 @@ def test_identical_inputs_give_the_same_tag_and_defaults_may_be_spelled_out(cont
         {"ENABLE_DEEPEP": "1"},
         {"BASE_IMAGE": "sglnode/debian:bookworm"},
         {"CUDA_ARCH": "9.0a"},
-        {"FLASH_ATTN_VERSION": "2.8.3"},
+        {"FLASH_ATTN_VERSION": PINS.flash_attn},
     ],
 )
 def test_any_content_build_arg_changes_the_tag(context, args):
@@ -91,7 +91,8 @@ def test_a_wheel_in_the_wheelhouse_changes_the_tag_and_files_outside_the_context
     (context / "README.md").write_text("documentation is not sent to the builder\n")
     (context / "notes.txt").write_text("not admitted by .dockerignore\n")
     assert _tag(context) == before
-    (context / "wheelhouse" / "flash_attn-2.8.3-cp311-cp311-linux_x86_64.whl").write_bytes(b"wheel")
+    wheel = f"flash_attn-{PINS.flash_attn}-cp311-cp311-linux_x86_64.whl"
+    (context / "wheelhouse" / wheel).write_bytes(b"wheel")
     assert _tag(context) != before
 
 

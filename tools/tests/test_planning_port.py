@@ -1,6 +1,6 @@
-"""The planner's port of SGLang 0.5.23's memory arithmetic against upstream's own computation.
+"""The planner's port of the pinned SGLang's memory arithmetic against upstream's own computation.
 
-fixtures/oracle/sglang-0.5.23-memory.jsonl is what SGLang itself resolved and sized for the matrix
+fixtures/oracle/sglang-<pinned>-memory.jsonl is what SGLang itself resolved and sized for the matrix
 in tools/oracle/matrix.py (ServerArgs resolution and the KV-pool configurators, run by
 tools/oracle/memory_oracle.py on the node double; test_upstream_oracle.py re-runs it in the real
 image and requires the same output). Here the port must reproduce it: exactly for the launch
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from sglnode.pins import PINS
 from sglnode.planning import sglang_memory
 from sglnode.planning.planner import plan_server, resolve_model
 from sglnode.planning.presets import GpuSpec, load_gpu
@@ -25,7 +26,7 @@ sys.path.insert(0, str(REPO / "tools" / "oracle"))
 import matrix  # noqa: E402  (tools/oracle is not a package: it runs inside the image)
 import node_double  # noqa: E402
 
-SNAPSHOT = Path(__file__).parent / "fixtures" / "oracle" / "sglang-0.5.23-memory.jsonl"
+SNAPSHOT = Path(__file__).parent / "fixtures" / "oracle" / f"sglang-{PINS.sglang}-memory.jsonl"
 PRESET_OF = {
     "llama-3.1-70b-instruct": "llama-3.1-70b-instruct",
     "deepseek-v3": "deepseek-v3-fp8",
@@ -87,8 +88,8 @@ def test_launch_defaults_equal_upstreams(case):
 
 
 def test_a_stale_port_is_caught(monkeypatch):
-    # SGLang 0.5.22 capped MLA prefill capture at 2048 tokens; 0.5.23 at 8192 (see
-    # `sglnode upstream diff 0.5.22 0.5.23`). A port still carrying the old cap disagrees with upstream.
+    # SGLang 0.5.22 capped MLA prefill capture at 2048 tokens; the pinned release at 8192
+    # (see `sglnode upstream diff`). A port still carrying the old cap disagrees with upstream.
     monkeypatch.setattr(sglang_memory, "MLA_PREFILL_GRAPH_MAX_TOKENS", 2048)
     mla = next(
         c for c in CASES if c["model"] == "deepseek-v3" and "disaggregation_mode" not in c["server_args"]

@@ -12,6 +12,7 @@ from sglnode.diagnosis.rulebook import (
     parse_rules,
     required_literal,
 )
+from sglnode.pins import PINS
 
 RULES = load_rules()
 POSITIVES = [(rule, example) for rule in RULES for example in rule.examples]
