@@ -9,12 +9,14 @@ must be what upstream resolved for those models.
 """
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from sglnode.pins import PINS
+from sglnode.pins import PINS, gpu_env
 from sglnode.planning import sglang_memory
 from sglnode.planning.planner import plan_server, resolve_model
 from sglnode.planning.presets import GpuSpec, load_gpu
@@ -24,7 +26,6 @@ from sglnode.topology.model import Server, Speculative
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools" / "oracle"))
 import matrix  # noqa: E402  (tools/oracle is not a package: it runs inside the image)
-import node_double  # noqa: E402
 
 SNAPSHOT = Path(__file__).parent / "fixtures" / "oracle" / f"sglang-{PINS.sglang}-memory.jsonl"
 PRESET_OF = {
@@ -157,9 +158,34 @@ def test_preset_sglang_facts_are_what_upstream_resolved(hf_dir):
             assert rings == dict(pool.rings(speculative))
 
 
-def test_the_node_double_is_the_hardware_preset():
-    # tools/oracle runs inside the image without sglnode: its GPU facts are copies, held to the preset.
-    gpu = load_gpu("rtx-pro-6000-blackwell")
-    assert gpu.device_name == node_double.GPU_NAME
-    assert gpu.memory_mib == node_double.GPU_MIB
-    assert tuple(int(x) for x in gpu.compute_capability.split(".")) == node_double.CAPABILITY
+def test_the_node_double_gets_the_hardware_preset():
+    # tools/oracle runs inside the image without sglnode: the caller passes the preset's GPU facts.
+    gpu = load_gpu(PINS.gpu.preset)
+    probe = (
+        "import json, node_double as d; "
+        "print(json.dumps([d.GPU_NAME, d.GPU_MIB, list(d.CAPABILITY), d.GPU_COUNT]))"
+    )
+    oracle_dir = str(REPO / "tools" / "oracle")
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=oracle_dir,
+        env={**os.environ, **gpu_env(), "PYTHONPATH": oracle_dir},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    capability = [int(x) for x in gpu.compute_capability.split(".")]
+    assert json.loads(result.stdout) == [gpu.device_name, gpu.memory_mib, capability, PINS.gpu.count]
+    # Without them it refuses to pose as any GPU.
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("SGLNODE_GPU_")}
+    refused = subprocess.run(
+        [sys.executable, "-c", "import node_double; node_double.install()"],
+        cwd=oracle_dir,
+        env={**bare, "PYTHONPATH": oracle_dir},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode != 0 and "SGLNODE_GPU_NAME" in refused.stderr
