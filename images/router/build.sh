@@ -4,9 +4,10 @@
 #   images/router/build.sh            build unless the tag already exists
 #   FORCE=1 images/router/build.sh    rebuild anyway
 #
-# Env: SGLANG_ROUTER_VERSION (default 0.3.2), SGLNODE_EXTRA_CA (CA bundle pip must trust; default
-# the host's /etc/ssl/certs/ca-certificates.crt, which carries any TLS-intercepting proxy's CA),
-# ROUTER_IMAGE (default sglnode/router), BASE_IMAGE (default sglnode/debian:bookworm).
+# Env: SGLANG_ROUTER_VERSION (default the pinned sglang_router of tools/sglnode/pins.yaml), SGLNODE_EXTRA_CA
+# (CA bundle pip must trust; default the host's /etc/ssl/certs/ca-certificates.crt, which carries any
+# TLS-intercepting proxy's CA), ROUTER_IMAGE (default the pinned images.router), BASE_IMAGE (default
+# sglnode/debian:bookworm).
 # The CA is copied into the context as extra-ca.crt (git-ignored), used only in the builder stage,
 # and removed again when this script exits.
 set -euo pipefail
@@ -14,11 +15,15 @@ set -euo pipefail
 # shellcheck source=images/stage-ca.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../stage-ca.sh"
 
-version="${SGLANG_ROUTER_VERSION:-0.3.2}"
-image="${ROUTER_IMAGE:-sglnode/router}"
+context="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo_root="$(cd "${context}/../.." && pwd)"
+python="${repo_root}/.venv/bin/python"
+[[ -x "$python" ]] || python=python3
+pin() { "$python" "${repo_root}/tools/sglnode/pins.py" get "$1"; }
+version="${SGLANG_ROUTER_VERSION:-$(pin sglang_router)}"
+image="${ROUTER_IMAGE:-$(pin images.router)}"
 base_image="${BASE_IMAGE:-sglnode/debian:bookworm}"
 tag="${image}:${version}"
-context="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 if [[ "${FORCE:-0}" != 1 ]] && docker image inspect "$tag" >/dev/null 2>&1; then
   echo "${tag} exists; skipping build (FORCE=1 rebuilds)"

@@ -2,7 +2,7 @@
 # Makes CUDA_HOME=/usr/local/cuda a toolkit the JIT compilers can use (flashinfer, torch
 # cpp_extension, tilelang, DeepGEMM all run $CUDA_HOME/bin/nvcc at first use).
 #
-# NVIDIA's devel base already has one there (its own CUDA 13.0 toolkit): nothing to do. On the local
+# NVIDIA's devel base already has one there (its own CUDA toolkit): nothing to do. On the local
 # base the toolkit is the lock's CUDA wheels (cuda-toolkit[nvcc,crt,nvvm,cccl,cudart], the release
 # torch itself requires), installed under site-packages/nvidia/cu13 with bin/ include/ lib/ nvvm/.
 # What that layout lacks, and who needs it:

@@ -3,21 +3,24 @@
 `make image` (tools/setup/sglang-image.sh) and by the sglang_image role (on the node, in the staged
 build context), so both name the same inputs with the same tag.
 
-    image_tag.py CONTEXT [--name NAME] [--build-arg NAME=VALUE]... [--json]
+    image_tag.py CONTEXT --name NAME [--build-arg NAME=VALUE]... [--json]
+
+NAME is the image repository (images.sglang in tools/sglnode/pins.yaml; the callers pass it).
 
 Inputs hashed (sha256):
   - every file of the build context that the builder receives: the context's .dockerignore is "*"
     followed by "!pattern" lines, and exactly the files those patterns admit are hashed (Dockerfile
     too), by relative path and content; a flash-attn wheel in wheelhouse/ is one of them;
   - every ARG of the Dockerfile, with its value: the --build-arg given, else the Dockerfile's
-    default. So passing a default explicitly gives the same tag as leaving it out. Args that only
+    default. So passing a default explicitly gives the same tag as leaving it out. An ARG declared
+    without a default (the pinned ones: tools/sglnode/pins.yaml) must be given. Args that only
     label the image (LABEL_ONLY_ARGS) or only pace a build (MAX_JOBS) are left out.
 The base image enters by its reference (BASE_IMAGE): pin a digest (name@sha256:...) to make a base
 that is re-pushed under the same name a new input.
 
-Tag: <sglang>-cu<MM>-torch<torch>-<first 12 hex of the digest>, versions read from the lock, e.g.
-0.5.23-cu130-torch2.14.1-3f1c2a9b0d4e. Printed as NAME:TAG; --json prints the tag, the digest, the
-hashed inputs and the label-only build args the build must pass (versions and the digest).
+Tag: <sglang>-cu<MM>-torch<torch>-<first 12 hex of the digest>, versions read from the lock (sglang,
+torch, cuda-toolkit). Printed as NAME:TAG; --json prints the tag, the digest, the hashed inputs and
+the label-only build args the build must pass (versions and the digest).
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ import re
 import sys
 from pathlib import Path
 
-DEFAULT_NAME = "sglang-sm120"
 LOCK = "requirements.lock"
 # Build args that never change what is in the image: labels, and nvcc parallelism.
 LABEL_ONLY_ARGS = frozenset(
@@ -60,13 +62,14 @@ def context_files(context: Path) -> list[Path]:
     return files
 
 
-def dockerfile_args(dockerfile: Path) -> dict[str, str]:
-    """ARG defaults, first declaration wins (later stages re-declare the same defaults)."""
-    args: dict[str, str] = {}
+def dockerfile_args(dockerfile: Path) -> dict[str, str | None]:
+    """ARG defaults (None: declared without one), first declaration wins (later stages re-declare)."""
+    args: dict[str, str | None] = {}
     for line in dockerfile.read_text().splitlines():
         match = ARG_LINE.match(line.strip())
         if match and match.group(1) not in args:
-            args[match.group(1)] = (match.group(2) or "").strip().strip('"')
+            default = match.group(2)
+            args[match.group(1)] = None if default is None else default.strip().strip('"')
     return args
 
 
@@ -83,12 +86,18 @@ def lock_versions(lock: Path) -> dict[str, str]:
         raise SystemExit(f"{lock}: no pin for {missing}") from None
 
 
-def describe(context: Path, build_args: dict[str, str], name: str = DEFAULT_NAME) -> dict[str, object]:
+def describe(context: Path, build_args: dict[str, str], name: str) -> dict[str, object]:
     declared = dockerfile_args(context / "Dockerfile")
     unknown = sorted(set(build_args) - set(declared))
     if unknown:
         raise SystemExit(f"build args not declared in {context / 'Dockerfile'}: {', '.join(unknown)}")
-    resolved = {key: build_args.get(key, default) for key, default in declared.items()}
+    missing = sorted(key for key, default in declared.items() if default is None and key not in build_args)
+    if missing:
+        raise SystemExit(
+            f"build args without a default in {context / 'Dockerfile'} must be given: {', '.join(missing)}"
+            " (tools/sglnode/pins.yaml has their values)"
+        )
+    resolved = {key: build_args.get(key, default) or "" for key, default in declared.items()}
     content_args = {key: value for key, value in sorted(resolved.items()) if key not in LABEL_ONLY_ARGS}
     files = {
         path.relative_to(context).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
@@ -122,7 +131,7 @@ def parse_build_arg(text: str) -> tuple[str, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("context", type=Path)
-    parser.add_argument("--name", default=DEFAULT_NAME)
+    parser.add_argument("--name", required=True, help="image repository (images.sglang of the pins)")
     parser.add_argument("--build-arg", type=parse_build_arg, action="append", default=[])
     parser.add_argument("--json", action="store_true")
     try:

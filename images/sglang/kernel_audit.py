@@ -71,8 +71,8 @@ def parse_arch(name: str) -> tuple[int, str]:
 def sass_runs_on(arch: str, target: int) -> bool:
     """SASS is binary compatible only within one major version, upwards in minor: sm_XY runs on
     compute capability X.Z for Z >= Y. Arch-specific sm_XYa runs on X.Y exactly; family sm_XYf on
-    every X.Z with Z >= Y. So on 12.0 exactly sm_120, sm_120a and sm_120f run; sm_100* and sm_121*
-    do not."""
+    every X.Z with Z >= Y. So on the node's GPU exactly sm_120, sm_120a and sm_120f run; sm_100* and
+    sm_121* do not."""
     number, _suffix = parse_arch(arch)
     return number // 10 == target // 10 and number % 10 <= target % 10
 
@@ -81,9 +81,9 @@ def ptx_jits_on(arch: str, target: int) -> bool:
     """The driver JIT-compiles PTX for the GPU it runs on. Plain compute_X PTX compiles for every GPU
     of compute capability >= X (that is how PTX carries a kernel forward to newer GPUs). Arch-specific
     compute_Xa PTX uses instructions of X only and compiles for X exactly; family compute_Xf PTX for
-    the same major with minor >= X's. So on 12.0: compute_X for X <= 120, compute_120a, compute_120f;
-    never compute_100a/100f (Blackwell datacenter) or compute_90a (Hopper). (The driver must also
-    know the PTX ISA version: PTX from a toolkit newer than the driver does not JIT.)"""
+    the same major with minor >= X's. So on the node's GPU: compute_X for X <= 120, compute_120a,
+    compute_120f; never compute_100a/100f (Blackwell datacenter) or compute_90a (Hopper). (The driver
+    must also know the PTX ISA version: PTX from a toolkit newer than the driver does not JIT.)"""
     number, suffix = parse_arch(arch)
     if suffix == "a":
         return number == target
@@ -132,7 +132,7 @@ def elf_sections(head: bytes, handle) -> dict[bytes, tuple[int, int]]:  # noqa: 
 
 def cubin_arch(head: bytes, handle) -> str:  # noqa: ANN001
     """sm_XY[a|f] of a cubin. The number is in e_flags; whether it was built arch-specific (a) or
-    family-specific (f) is not (nvcc 13.0 writes the same e_flags for sm_120, sm_120a and sm_120f),
+    family-specific (f) is not (nvcc 13 writes the same e_flags for sm_120, sm_120a and sm_120f),
     so the suffix comes from the ptxas command line nvcc records in .note.nv.tkinfo ("-arch sm_120a")."""
     flags = struct.unpack_from("<I", head, 0x30)[0]
     shifted = head[ELF_ABI_VERSION_OFFSET] >= ABI_WITH_SHIFTED_SM

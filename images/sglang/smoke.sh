@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Smoke checks for the sglang-sm120 image that need no GPU (run by the Dockerfile's audit stage):
-#   1. torch is a CUDA 13 build compiled for sm_120;
+#   1. torch is a CUDA 13 build compiled for the GPU's arch (CUDA_ARCH "X.Ya": sm_XY);
 #   2. sglang, its server arguments, sgl_kernel, flashinfer and the enabled transfer backends import;
 #   3. `python3 -m sglang.launch_server --help` runs.
 # Which versions are installed is not checked here: the lock decides that (pip --require-hashes).
@@ -8,12 +8,15 @@
 #
 #   smoke.sh REPORT_FILE
 #
-# Env: ENABLE_NIXL ENABLE_MOONCAKE ENABLE_DEEPEP (1 = installed, so check it); NO_GPU_LIB (default
+# Env: CUDA_ARCH (required: the image's TORCH_CUDA_ARCH_LIST, "X.Ya" for compute capability X.Y);
+# ENABLE_NIXL ENABLE_MOONCAKE ENABLE_DEEPEP (1 = installed, so check it); NO_GPU_LIB (default
 # /opt/sglnode/no-gpu: a folder with a libcuda.so.1 stub for machines without a driver). Exit 0 only if
 # all pass.
 set -euo pipefail
 
 report="${1:?usage: smoke.sh REPORT_FILE}"
+: "${CUDA_ARCH:?CUDA_ARCH must name the arch-specific target of the GPU}"
+export CUDA_ARCH
 no_gpu_lib="${NO_GPU_LIB:-/opt/sglnode/no-gpu}"
 
 # Kernel modules link libcuda.so.1, which the driver provides at run time; without one the stub that
@@ -21,7 +24,7 @@ no_gpu_lib="${NO_GPU_LIB:-/opt/sglnode/no-gpu}"
 export LD_LIBRARY_PATH="${no_gpu_lib}${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
 
 {
-  echo "# sglang-sm120 smoke report (no GPU: torch build, imports, launch_server --help)"
+  echo "# SGLang image smoke report (no GPU: torch build, imports, launch_server --help)"
   python3 - <<'PY'
 import importlib
 import os
@@ -31,7 +34,8 @@ import torch
 assert torch.version.cuda and torch.version.cuda.startswith("13."), f"torch CUDA {torch.version.cuda}"
 # get_arch_list() needs a GPU; the compiled arch flags do not.
 arch_flags = torch._C._cuda_getArchFlags()
-assert "sm_120" in arch_flags, f"torch built for {arch_flags}, no sm_120"
+sm = "sm_" + os.environ["CUDA_ARCH"].rstrip("af").replace(".", "")
+assert sm in arch_flags, f"torch built for {arch_flags}, no {sm}"
 print(f"torch    {torch.__version__} CUDA {torch.version.cuda}, archs {arch_flags}")
 
 modules = ["sglang", "sglang.srt.server_args", "sgl_kernel", "flashinfer"]

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Builds sglnode/sim:<sglnode version> (a TEST DOUBLE of the SGLang server) with the classic builder.
+# Builds <images.sim>:<sglnode version> (a TEST DOUBLE of the SGLang server) with the classic builder;
+# the repository, the version and the simulated SGLang's version come from tools/sglnode/pins.yaml.
 #
 #   images/sim/build.sh            build unless the tag exists and was built from the same sources
 #   FORCE=1 images/sim/build.sh    rebuild anyway
 #
 # Env: SGLNODE_EXTRA_CA (CA bundle pip must trust; default the host's
 # /etc/ssl/certs/ca-certificates.crt, which carries any TLS-intercepting proxy's CA),
-# SIM_IMAGE (default sglnode/sim), BASE_IMAGE (default sglnode/debian:bookworm), PYTHON (the
+# SIM_IMAGE (default the pinned images.sim), BASE_IMAGE (default sglnode/debian:bookworm), PYTHON (the
 # interpreter that builds the sglnode wheel; default the repo's .venv, else python3).
 # The wheel (dist/) and the CA (extra-ca.crt) are staged in the context, git-ignored, used only in
 # the builder stage, and removed again when this script exits.
@@ -19,8 +20,10 @@ context="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo_root="$(cd "${context}/../.." && pwd)"
 python="${PYTHON:-${repo_root}/.venv/bin/python}"
 [[ -x "$python" ]] || python=python3
-version="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "${repo_root}/tools/sglnode/__init__.py")"
-image="${SIM_IMAGE:-sglnode/sim}"
+pin() { "$python" "${repo_root}/tools/sglnode/pins.py" get "$1"; }
+version="$(pin sglnode)"
+sglang_version="$(pin sglang)"
+image="${SIM_IMAGE:-$(pin images.sim)}"
 base_image="${BASE_IMAGE:-sglnode/debian:bookworm}"
 tag="${image}:${version}"
 
@@ -51,6 +54,7 @@ rm -rf "$dist"
 DOCKER_BUILDKIT=0 docker build \
   --build-arg "BASE_IMAGE=${base_image}" \
   --build-arg "SGLNODE_VERSION=${version}" \
+  --build-arg "SGLANG_VERSION=${sglang_version}" \
   --build-arg "SGLNODE_SOURCE_HASH=${source_hash}" \
   --tag "$tag" \
   "$context"

@@ -11,7 +11,7 @@ out="$repo_root/.sim-node/demo-oom"
 dir="$out/etc/sglang/pd-kv-starved"
 compose=(docker compose -f "$dir/compose.yaml" -f "$dir/compose.sim.yaml")
 
-echo "== 1. Before launch: sglnode topology check (memory planner, SGLang 0.5.23's budget rule)"
+echo "== 1. Before launch: sglnode topology check (memory planner, the pinned SGLang's budget rule)"
 if sglnode topology check "$topology"; then
   echo "demo-oom: expected the planner to refuse $topology" >&2
   exit 1

@@ -22,7 +22,7 @@ python="$repo_root/.venv/bin/python"
 [[ -x "$python" ]] || python=python3
 # This checkout's sglnode (a worktree's venv may point elsewhere).
 sglnode=(env "PYTHONPATH=$repo_root/tools${PYTHONPATH:+:$PYTHONPATH}" "$python" -m sglnode)
-image="${SGLANG_IMAGE:-$(cat .cache/sglang-image.tag 2>/dev/null || echo sglang-sm120:0.5.23-cu130-torch2.14.1)}"
+image="${SGLANG_IMAGE:-$(cat .cache/sglang-image.tag 2>/dev/null || "$python" tools/sglnode/pins.py get sglang_image)}"
 spec="${SPEC:-tools/gpu/node-sweep.yml}"
 out="${OUT:-$repo_root/.cache/tune-node}"
 moe_cache="${MOE_CACHE:-/var/cache/sglnode/moe-configs}"

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from sglnode.pins import PINS
+
 # RTX 4090, RTX A6000, H100 80GB, RTX PRO 6000 Blackwell, H200, B200 (nvidia-smi memory.total)
-GPU_MIB = (24564, 49140, 81559, 97887, 143771, 183359)
+NODE_GPU_MIB = PINS.gpu.memory_mib  # this node's GPU (its hardware preset, named by the pins)
+GPU_MIB = tuple(sorted({24564, 49140, 81559, NODE_GPU_MIB, 143771, 183359}))
 TP_SIZES = (1, 2, 4, 8)
 MODES = (None, "prefill", "decode")
 # model dir -> the speculative settings a real deployment of it uses
@@ -28,7 +31,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "speculative_eagle_topk": 1,
         "speculative_num_draft_tokens": 4,
     },
-    # SGLang 0.5.23 serves DeepSeek-V4's MTP heads as EAGLE ("Only EAGLE and DSPARK speculative
+    # The pinned SGLang serves DeepSeek-V4's MTP heads as EAGLE ("Only EAGLE and DSPARK speculative
     # algorithms are supported for DeepseekV4ForCausalLM"); NEXTN is refused.
     "deepseek-v4-flash": {
         "speculative_algorithm": "EAGLE",
@@ -70,7 +73,7 @@ def cases(models_dir: str) -> list[dict[str, Any]]:
                                 "gpu_mib": gpu_mib,
                                 "server_args": server_args,
                                 # KV sizing does not depend on the card: size pools once per model.
-                                "budgets_gib": list(KV_BUDGETS_GIB) if gpu_mib == 97887 else [],
+                                "budgets_gib": list(KV_BUDGETS_GIB) if gpu_mib == NODE_GPU_MIB else [],
                             }
                         )
     return out

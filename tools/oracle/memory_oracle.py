@@ -5,7 +5,7 @@
 Runs inside the sglang image (real sglang, torch and their dependencies), with node_double making
 the process see the node's GPUs. Each case:
 
-    {"id": "...", "model_dir": "/models/llama-3.1-70b", "gpu_mib": 97887,
+    {"id": "...", "model_dir": "/models/llama-3.1-70b", "gpu_mib": 81559,
      "server_args": {"tp_size": 4, "disaggregation_mode": "decode", ...},
      "budgets_gib": [10, 40]}
 

@@ -7,8 +7,10 @@ sgl_kernel's extension links against. `install()` answers all three with the nod
 a fake `nvidia-smi` first on PATH, torch.cuda functions that report the GPU, and (from the caller)
 a stub libcuda on LD_LIBRARY_PATH. Nothing in SGLang itself is patched.
 
-Values (RTX PRO 6000 Blackwell Server Edition): compute capability 12.0, 97887 MiB as nvidia-smi
-reports it, 188 SMs. Other GPU sizes are set per case with SGLNODE_ORACLE_GPU_MIB.
+Values: the node's GPU as its hardware preset (named by tools/sglnode/pins.yaml) has it, passed in by
+the caller as SGLNODE_GPU_NAME, SGLNODE_GPU_CAPABILITY ("major.minor"), SGLNODE_GPU_MIB (as nvidia-smi
+reports it) and SGLNODE_GPU_COUNT (sglnode.pins.gpu_env()); 188 SMs. Other GPU sizes are set per case
+with SGLNODE_ORACLE_GPU_MIB.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
-GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
-GPU_MIB = 97887
-CAPABILITY = (12, 0)
+GPU_NAME = os.environ.get("SGLNODE_GPU_NAME", "")
+GPU_MIB = int(os.environ.get("SGLNODE_GPU_MIB", "0"))
+CAPABILITY = tuple(int(part) for part in os.environ.get("SGLNODE_GPU_CAPABILITY", "0.0").split("."))
 SM_COUNT = 188
-GPU_COUNT = 8
+GPU_COUNT = int(os.environ.get("SGLNODE_GPU_COUNT", "0"))
 GPU_MIB_ENV = "SGLNODE_ORACLE_GPU_MIB"
 FAKE_NVIDIA_SMI = """#!/bin/sh
 # Test double of nvidia-smi for sglnode's oracle: memory.total (MiB) of each GPU of the node.
@@ -37,6 +39,11 @@ def gpu_mib() -> int:
 
 def set_gpu_mib(mib: int) -> None:
     os.environ[GPU_MIB_ENV] = str(mib)
+
+
+def _require_facts() -> None:
+    if not GPU_NAME or not GPU_MIB or not GPU_COUNT or CAPABILITY == (0, 0):
+        raise SystemExit("node_double: set SGLNODE_GPU_NAME/_CAPABILITY/_MIB/_COUNT (sglnode.pins.gpu_env())")
 
 
 def _install_nvidia_smi() -> None:
@@ -75,5 +82,6 @@ def _install_torch_cuda() -> None:
 
 def install() -> None:
     """Make this process see the node's GPUs (call before importing sglang)."""
+    _require_facts()
     _install_nvidia_smi()
     _install_torch_cuda()

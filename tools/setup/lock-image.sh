@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # The one command that makes images/sglang/requirements.lock, the image's only list of Python packages:
 #
-#   tools/setup/lock-image.sh           resolve images/sglang/requirements.in and write the lock
-#   tools/setup/lock-image.sh --check   exit 1 if the committed lock is not what the inputs resolve to
-#                                       today (a new release of an unpinned dependency shows up here)
+#   tools/setup/lock-image.sh           set the pinned lines of requirements.in from the pins, resolve it
+#                                       and write the lock
+#   tools/setup/lock-image.sh --check   exit 1 if requirements.in does not carry the pins, or the
+#                                       committed lock is not what the inputs resolve to today (a new
+#                                       release of an unpinned dependency shows up here)
+#
+# The versions of requirements.in's pinned lines come from tools/sglnode/pins.yaml: this script
+# rewrites them first (`python3 tools/sglnode/pins.py sync`), so a bump is one line in the pins file.
 #
 # Every package is pinned with the sha256 of each of its files on PyPI, and only wheels are allowed
 # (--only-binary :all:), so the image build never compiles a dependency and never picks a version.
@@ -41,6 +46,14 @@ case "${1:-}" in
     ;;
 esac
 [[ -x "$uv" ]] || { echo "lock-image: $uv not found; run make setup (uv is in requirements/toolchain.txt)" >&2; exit 2; }
+
+python="$repo_root/.venv/bin/python"
+[[ -x "$python" ]] || python=python3
+if ((check)); then
+  "$python" tools/sglnode/pins.py sync --check || exit 1
+else
+  "$python" tools/sglnode/pins.py sync
+fi
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the real sglang-sm120 image (images/sglang) on this machine: `make image`, CI and the tests.
+# Builds the real SGLang image (images/sglang) on this machine: `make image`, CI and the tests.
 #
 #   tools/setup/sglang-image.sh              build unless an image with the same input tag exists
 #   tools/setup/sglang-image.sh --print-tag  print the image reference these inputs give; build nothing
@@ -16,14 +16,19 @@
 # BuildKit client (DOCKER_BUILDKIT=1 docker build: Docker CLIs before 23, e.g. Debian's docker.io 20.10,
 # which is tried at /usr/bin/docker when the CLI on PATH needs buildx for BuildKit).
 #
-# Env: SGLANG_IMAGE_NAME (sglang-sm120), SGLANG_BASE_IMAGE (sglnode/debian:bookworm), SGLNODE_EXTRA_CA
+# Pinned build args (the GPU's CUDA_ARCH, DEEPEP_REF) and the image name come from tools/sglnode/pins.yaml.
+#
+# Env: SGLANG_IMAGE_NAME (images.sglang of the pins), SGLANG_BASE_IMAGE (sglnode/debian:bookworm), SGLNODE_EXTRA_CA
 # (PEM bundle pip must trust; default the host's bundle, passed as the BuildKit secret extra_ca and never
 # written to a layer), SGLANG_IMAGE_BUILD_ARGS (extra NAME=VALUE words, e.g. "ENABLE_MOONCAKE=1").
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 context="$repo_root/images/sglang"
-name="${SGLANG_IMAGE_NAME:-sglang-sm120}"
+python="$repo_root/.venv/bin/python"
+[[ -x "$python" ]] || python=python3
+pin() { "$python" "$repo_root/tools/sglnode/pins.py" get "$1"; }
+name="${SGLANG_IMAGE_NAME:-$(pin images.sglang)}"
 base_image="${SGLANG_BASE_IMAGE:-sglnode/debian:bookworm}"
 tag_file="$repo_root/.cache/sglang-image.tag"
 readonly HOST_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
@@ -32,7 +37,7 @@ readonly BUILT_BY_LABEL=io.sglnode.built-by=tools/setup/sglang-image.sh
 
 log() { printf '[sglang-image] %s\n' "$*" >&2; }
 
-build_args=("BASE_IMAGE=${base_image}")
+build_args=("BASE_IMAGE=${base_image}" "CUDA_ARCH=$(pin gpu.cuda_arch)" "DEEPEP_REF=$(pin deepep)")
 read -r -a extra_args <<<"${SGLANG_IMAGE_BUILD_ARGS:-}"
 build_args+=("${extra_args[@]}")
 

@@ -9,7 +9,7 @@ stage="$repo_root/tools/setup/stage.sh"
 mkdir -p .cache
 image_log=.cache/sglang-image-build.log
 
-"$stage" "image: sglang-sm120 (in the background)" bash tools/setup/sglang-image.sh >"$image_log" 2>&1 &
+"$stage" "image: the SGLang image (in the background)" bash tools/setup/sglang-image.sh >"$image_log" 2>&1 &
 image_pid=$!
 # Ctrl-C or a kill of make ends the build too, never leaving it running on its own.
 trap 'kill "$image_pid" 2>/dev/null; wait "$image_pid" 2>/dev/null; exit 130' INT TERM

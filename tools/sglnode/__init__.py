@@ -4,4 +4,8 @@ One CLI (`sglnode`), one module per job: topology model, log watcher, diagnosis 
 memory planner, benchmark, and a simulator that is a test double of the SGLang server.
 """
 
-__version__ = "0.1.0"
+from sglnode.pins import PINS
+
+# The package's version is pinned with everything else (tools/sglnode/pins.yaml); pyproject.toml
+# repeats it for the wheel's metadata, and tools/tests/test_pins.py checks that the two agree.
+__version__ = PINS.sglnode

@@ -24,6 +24,7 @@ from sglnode.bench.checks import THRESHOLD_FLAGS, Targets, threshold_from_data
 from sglnode.bench.session import BenchConfig, BenchConfigError, plot_available, run_session
 from sglnode.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from sglnode.interrupts import Interrupted, signal_exit_code
+from sglnode.pins import PINS
 from sglnode.planning.planner import plan_server
 from sglnode.readiness.logwatch import compose_follower
 from sglnode.readiness.waiter import WaitOptions
@@ -60,7 +61,7 @@ class RolloutSettings:
     report_dir: Path
     bind_address: str = "127.0.0.1"
     node: str | None = None
-    gpu: str = "rtx-pro-6000-blackwell"
+    gpu: str = PINS.gpu.preset
     timeout_s: float = 1800.0
     api_key: str | None = None
     bench: BenchSettings = field(default_factory=BenchSettings)

@@ -53,7 +53,7 @@ def test_graph_capture_advice_mentioning_mem_fraction_is_not_oom_evidence():
     diagnosis = _diagnose("capture_failed_not_oom.log")
     assert diagnosis.cause != "oom"
     assert all("--mem-fraction-static to a smaller" not in line.text for line in diagnosis.evidence)
-    # 0.5.23 deprecated --disable-cuda-graph: the fix names the flag that replaced it.
+    # The pinned release deprecated --disable-cuda-graph: the fix names the flag that replaced it.
     assert "--cuda-graph-backend-decode disabled" in diagnosis.fix
 
 

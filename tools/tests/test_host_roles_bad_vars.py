@@ -21,10 +21,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sglnode.pins import PINS
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = Path(__file__).parent / "fixtures" / "host_roles" / "run-role.yml"
 RUN_TIMEOUT_S = 180
-BLACKWELL_NODE = {"gpu_count": 8, "gpu_names": ["NVIDIA RTX PRO 6000 Blackwell Server Edition"], "ram_gb": 64}
+BLACKWELL_NODE = {"gpu_count": 8, "gpu_names": [PINS.gpu.device_name], "ram_gb": 64}
 
 
 def ansible_playbook() -> str:

@@ -1,4 +1,4 @@
-"""The regexes against lines rendered from SGLang 0.5.23's own format templates.
+"""The regexes against lines rendered from the pinned SGLang's own format templates.
 
 Each template comes from the upstream catalogue (extracted from the pinned wheel; its agreement with
 the wheel is tools/tests/test_upstream_strings.py). Rendering it with sample values gives the line
@@ -148,7 +148,7 @@ def test_upstream_line_is_recognised_by_its_regex(entry_id, regex_name):
     entry = catalog.get(entry_id)
     line = loglines.format_prefix(STAMP, "TP0") + render(entry)
     match = getattr(loglines, regex_name).search(line)
-    assert match is not None, f"{regex_name} misses 0.5.23's {entry_id}: {line}"
+    assert match is not None, f"{regex_name} misses the pinned release's {entry_id}: {line}"
     for group, value in EXPECTED_GROUPS.get(entry_id, {}).items():
         assert match.group(group) == value, (group, line)
 
@@ -161,7 +161,7 @@ def test_capture_begin_and_end_do_not_cross_match():
 
 
 def test_the_issue_quoted_0_5_23_graph_lines_parse():
-    # Verbatim from a 0.5.23 log quoted in issue 10.
+    # Verbatim from a log of the pinned release quoted in issue 10.
     begin = "Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, avail mem=11.18 GB"
     end = (
         "Capture target decode CUDA graph end. bs=[1, 2, 4, 8], elapsed=12.31 s, "

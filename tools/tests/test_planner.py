@@ -14,6 +14,7 @@ import pytest
 import sglnode.planning.presets as presets
 from sglnode.cli import main
 from sglnode.exitcodes import EXIT_USAGE
+from sglnode.pins import PINS
 from sglnode.planning.planner import (
     PHASE_CUDA_GRAPH,
     PHASE_KV_CACHE,
@@ -76,7 +77,7 @@ def flash() -> object:
 
 # --- Known real cases --------------------------------------------------------------------------
 def test_the_0_5_23_kv_budget_message_and_numbers_from_the_field():
-    # Issue 10's real 0.5.23 message: TP4 RTX PRO 6000 at 0.35 -> "above 0.388 ... = 0.3879".
+    # Issue 10's real message from the pinned release: TP4 RTX PRO 6000 at 0.35 -> "above 0.388 ... = 0.3879".
     result = plan_server(flash(), Server("s", tp=4, mem_fraction_static=0.35), RTX)
     assert result.failure_phase == PHASE_KV_CACHE
     assert result.reason.startswith(
@@ -94,7 +95,7 @@ def test_deepseek_v4_pro_on_8x_h200_at_088_leaves_no_kv_room():
     assert result.kv_tokens == 0
     assert result.min_mem_fraction_static == pytest.approx(0.91, abs=0.01)
     # At SGLang's own "Raise ... above" figure the budget is positive, but DeepSeek-V4's fixed c128
-    # compress state (2.5 GB for 256 requests) still leaves no pool: the other 0.5.23 KV message.
+    # compress state (2.5 GB for 256 requests) still leaves no pool: the pinned release's other KV message.
     at_minimum = Server("s", tp=8, mem_fraction_static=result.min_mem_fraction_static)
     minimum = plan_server(pro, at_minimum, "h200")
     assert minimum.failure_phase == PHASE_KV_CACHE
@@ -159,7 +160,7 @@ def test_dsv4_pool_is_sized_by_its_configurator_not_a_flat_per_token_figure():
     assert result.page_size == 256 and result.kv_tokens % 256 == 0
     assert result.kv_cell_bytes == pytest.approx(7086.75)
     assert result.kv_cache_dtype == "fp8_e4m3"
-    assert result.max_running_requests == 256  # DeepseekV4ForCausalLM's default in 0.5.23
+    assert result.max_running_requests == 256  # DeepseekV4ForCausalLM's default in the pinned release
 
 
 def test_mtp_on_deepseek_v4_needs_eagle_as_sglang_says():
@@ -329,7 +330,7 @@ def test_json_has_the_interface_keys():
     assert set(data) >= INTERFACE_KEYS
     assert data["roofline"] and all(set(p) >= ROOFLINE_KEYS for p in data["roofline"])
     assert isinstance(data["kv_tokens"], int) and isinstance(data["fits"], bool)
-    assert data["sglang_defaults"]["sglang_version"] == "0.5.23"
+    assert data["sglang_defaults"]["sglang_version"] == PINS.sglang
     json.dumps(data)
 
 
@@ -355,7 +356,7 @@ def test_cli_json_exit_code_says_does_not_fit(capsys):
 def test_cli_without_a_fraction_reports_sglangs_default(capsys):
     assert main(["plan", "--model", "deepseek-v4-flash-fp4", "--tp", "4"]) == 0
     out = capsys.readouterr().out
-    assert "mem fraction      0.854 (sglang default; SGLang 0.5.23 default 0.854" in out
+    assert f"mem fraction      0.854 (sglang default; SGLang {PINS.sglang} default 0.854" in out
     assert "FITS" in out
 
 

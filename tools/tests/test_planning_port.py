@@ -1,6 +1,6 @@
-"""The planner's port of SGLang 0.5.23's memory arithmetic against upstream's own computation.
+"""The planner's port of the pinned SGLang's memory arithmetic against upstream's own computation.
 
-fixtures/oracle/sglang-0.5.23-memory.jsonl is what SGLang itself resolved and sized for the matrix
+fixtures/oracle/sglang-<pinned>-memory.jsonl is what SGLang itself resolved and sized for the matrix
 in tools/oracle/matrix.py (ServerArgs resolution and the KV-pool configurators, run by
 tools/oracle/memory_oracle.py on the node double; test_upstream_oracle.py re-runs it in the real
 image and requires the same output). Here the port must reproduce it: exactly for the launch
@@ -9,11 +9,14 @@ must be what upstream resolved for those models.
 """
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from sglnode.pins import PINS, gpu_env
 from sglnode.planning import sglang_memory
 from sglnode.planning.planner import plan_server, resolve_model
 from sglnode.planning.presets import GpuSpec, load_gpu
@@ -23,9 +26,8 @@ from sglnode.topology.model import Server, Speculative
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools" / "oracle"))
 import matrix  # noqa: E402  (tools/oracle is not a package: it runs inside the image)
-import node_double  # noqa: E402
 
-SNAPSHOT = Path(__file__).parent / "fixtures" / "oracle" / "sglang-0.5.23-memory.jsonl"
+SNAPSHOT = Path(__file__).parent / "fixtures" / "oracle" / f"sglang-{PINS.sglang}-memory.jsonl"
 PRESET_OF = {
     "llama-3.1-70b-instruct": "llama-3.1-70b-instruct",
     "deepseek-v3": "deepseek-v3-fp8",
@@ -87,8 +89,8 @@ def test_launch_defaults_equal_upstreams(case):
 
 
 def test_a_stale_port_is_caught(monkeypatch):
-    # SGLang 0.5.22 capped MLA prefill capture at 2048 tokens; 0.5.23 at 8192 (see
-    # `sglnode upstream diff 0.5.22 0.5.23`). A port still carrying the old cap disagrees with upstream.
+    # SGLang 0.5.22 capped MLA prefill capture at 2048 tokens; the pinned release at 8192
+    # (see `sglnode upstream diff`). A port still carrying the old cap disagrees with upstream.
     monkeypatch.setattr(sglang_memory, "MLA_PREFILL_GRAPH_MAX_TOKENS", 2048)
     mla = next(
         c for c in CASES if c["model"] == "deepseek-v3" and "disaggregation_mode" not in c["server_args"]
@@ -156,9 +158,34 @@ def test_preset_sglang_facts_are_what_upstream_resolved(hf_dir):
             assert rings == dict(pool.rings(speculative))
 
 
-def test_the_node_double_is_the_hardware_preset():
-    # tools/oracle runs inside the image without sglnode: its GPU facts are copies, held to the preset.
-    gpu = load_gpu("rtx-pro-6000-blackwell")
-    assert gpu.device_name == node_double.GPU_NAME
-    assert gpu.memory_mib == node_double.GPU_MIB
-    assert tuple(int(x) for x in gpu.compute_capability.split(".")) == node_double.CAPABILITY
+def test_the_node_double_gets_the_hardware_preset():
+    # tools/oracle runs inside the image without sglnode: the caller passes the preset's GPU facts.
+    gpu = load_gpu(PINS.gpu.preset)
+    probe = (
+        "import json, node_double as d; "
+        "print(json.dumps([d.GPU_NAME, d.GPU_MIB, list(d.CAPABILITY), d.GPU_COUNT]))"
+    )
+    oracle_dir = str(REPO / "tools" / "oracle")
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=oracle_dir,
+        env={**os.environ, **gpu_env(), "PYTHONPATH": oracle_dir},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    capability = [int(x) for x in gpu.compute_capability.split(".")]
+    assert json.loads(result.stdout) == [gpu.device_name, gpu.memory_mib, capability, PINS.gpu.count]
+    # Without them it refuses to pose as any GPU.
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("SGLNODE_GPU_")}
+    refused = subprocess.run(
+        [sys.executable, "-c", "import node_double; node_double.install()"],
+        cwd=oracle_dir,
+        env={**bare, "PYTHONPATH": oracle_dir},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode != 0 and "SGLNODE_GPU_NAME" in refused.stderr

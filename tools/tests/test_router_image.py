@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 from image_build import RUN_TIMEOUT_S, build_with_script, docker
 
+from sglnode.pins import PINS
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "images" / "router" / "build.sh"
-ROUTER_VERSION = "0.3.2"  # pinned in requirements/toolchain.txt and images/router/Dockerfile
-TAG = f"sglnode/router:{ROUTER_VERSION}"
+ROUTER_VERSION = PINS.sglang_router  # tools/sglnode/pins.yaml (also synced into requirements/toolchain.txt)
+TAG = PINS.router_image
 ROUTER_UID = "10001"  # images/router/Dockerfile ARG ROUTER_UID
 
 pytestmark = [

@@ -12,6 +12,7 @@ from sglnode.diagnosis.rulebook import (
     parse_rules,
     required_literal,
 )
+from sglnode.pins import PINS
 
 RULES = load_rules()
 POSITIVES = [(rule, example) for rule in RULES for example in rule.examples]
@@ -128,7 +129,7 @@ def test_missing_keys_and_duplicate_ids_are_rejected():
         parse_rules([{"rules": [GOOD, GOOD]}])
 
 
-# The launch flags of SGLang 0.5.23, dumped from its own argparse parser (owned by the topology tools).
+# The launch flags of the pinned SGLang, dumped from its own argparse parser (owned by the topology tools).
 FLAGS_FILE = Path(__file__).parents[1] / "sglnode" / "topology" / "sglang_flags.yaml"
 FLAG_RE = re.compile(r"(?<![\w-])--[a-z0-9][a-z0-9-]*[a-z0-9]")
 
@@ -143,7 +144,7 @@ def _fix_texts():
 @pytest.mark.skipif(not FLAGS_FILE.exists(), reason="flag list not present")
 def test_every_flag_a_fix_recommends_exists_in_the_pinned_sglang():
     data = yaml.safe_load(FLAGS_FILE.read_text(encoding="utf-8"))
-    assert data["sglang_version"] == "0.5.23"
+    assert data["sglang_version"] == PINS.sglang  # regenerate sglang_flags.yaml after a bump
     live = {flag for flag, spec in data["flags"].items() if not spec.get("deprecated")}
     for spec in data["flags"].values():
         live.update(alias for alias in spec.get("aliases", []))
@@ -151,10 +152,11 @@ def test_every_flag_a_fix_recommends_exists_in_the_pinned_sglang():
         flag for flag, spec in data["flags"].items() if spec.get("deprecated")
     }
     for rule_id, text in _fix_texts():
-        # Sentences naming what 0.5.23 removed are allowed in parentheses ("0.5.23 removed ...").
-        recommended = FLAG_RE.findall(re.sub(r"\([^)]*0\.5\.23[^)]*\)", "", text))
+        # Sentences naming what the pinned release removed are allowed in parentheses
+        # ("(the pinned release removed ...)").
+        recommended = FLAG_RE.findall(re.sub(r"\([^)]*pinned release[^)]*\)", "", text, flags=re.IGNORECASE))
         for flag in recommended:
-            assert flag in live, f"{rule_id}: {flag} is not a live 0.5.23 flag"
+            assert flag in live, f"{rule_id}: {flag} is not a live flag of SGLang {PINS.sglang}"
             assert flag not in removed_or_deprecated, f"{rule_id}: {flag}"
 
 

@@ -1,9 +1,9 @@
-"""Diagnosis against SGLang 0.5.23's own fatal messages and log lines (the upstream catalogue).
+"""Diagnosis against the pinned SGLang's own fatal messages and log lines (the upstream catalogue).
 
 Every fatal message in the catalogue (extracted from the pinned wheel, checked against it by
 test_upstream_strings.py) must be recognised by a rule, and the whole crash, as SGLang prints it
 (traceback, scheduler exception, kill), must be diagnosed with the right cause and phase. No routine
-0.5.23 log line may look like a failure.
+log line of the pinned release may look like a failure.
 """
 
 import pytest
@@ -56,7 +56,7 @@ def test_no_routine_0_5_23_line_is_a_conclusive_failure(entry):
 
 
 def _crash(error_lines: list[str], frame_entry: str) -> list[str]:
-    """A scheduler crash as SGLang 0.5.23 prints it: the exception block, then the teardown."""
+    """A scheduler crash as the pinned SGLang prints it: the exception block, then the teardown."""
     frame = catalog.get(frame_entry)
     scheduler = catalog.get("scheduler_exception")
     head = catalog.sample(scheduler, traceback="Traceback (most recent call last):")
@@ -75,7 +75,7 @@ def _crash(error_lines: list[str], frame_entry: str) -> list[str]:
 
 
 def _startup(until: str) -> list[str]:
-    """0.5.23 startup lines up to (and including) a milestone."""
+    """The pinned release's startup lines up to (and including) a milestone."""
     lines = {
         "weights": [catalog.sample(catalog.get("load_weight_begin"))],
         "kv": [catalog.sample(catalog.get("load_weight_end"), type="DeepseekV4ForCausalLM", quant_str="")],

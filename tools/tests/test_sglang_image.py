@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from image_build import docker
 
+from sglnode.pins import PINS
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "tools" / "setup" / "sglang-image.sh"
 TAG_FILE = REPO_ROOT / ".cache" / "sglang-image.tag"
@@ -82,7 +84,7 @@ def test_an_enable_switch_gives_another_tag(image):
         env={**os.environ, "SGLANG_IMAGE_BUILD_ARGS": "ENABLE_MOONCAKE=1"},
     )
     assert result.stdout.strip() != image
-    assert result.stdout.startswith("sglang-sm120:0.5.23-cu130-torch2.14.1-")
+    assert result.stdout.startswith(PINS.sglang_image + "-")
 
 
 def test_launch_server_help_runs(image):
@@ -94,9 +96,9 @@ def test_launch_server_help_runs(image):
 
 def test_labels_name_the_arch_and_the_inputs(image):
     labels = json.loads(docker("image", "inspect", "--format", "{{json .Config.Labels}}", image).stdout)
-    assert labels["io.sglnode.cuda-arch"] == "12.0a"
-    assert labels["io.sglnode.sglang.version"] == "0.5.23"
-    assert labels["io.sglnode.torch.version"] == "2.14.1"
+    assert labels["io.sglnode.cuda-arch"] == PINS.gpu.cuda_arch
+    assert labels["io.sglnode.sglang.version"] == PINS.sglang
+    assert labels["io.sglnode.torch.version"] == PINS.torch
     assert image.endswith(labels["io.sglnode.inputs-digest"][:12])
     assert labels["org.opencontainers.image.base.name"] == "sglnode/debian:bookworm"
 
@@ -125,7 +127,7 @@ def test_audit_checks_the_required_entries_and_the_jit_toolchains(audit):
     assert audit["toolchains"]["nvcc"]["accepts"] is True
     assert audit["toolchains"]["triton-ptxas"]["accepts"] is True
     assert audit["jit_packages"]["flashinfer-cubin"]["installed"] is False
-    assert audit["jit_packages"]["flashinfer-python"]["version"] == "0.7.2"
+    assert audit["jit_packages"]["flashinfer-python"]["version"] == PINS.flashinfer
 
 
 def test_sglang_and_torch_import_without_a_gpu(image):
@@ -172,7 +174,7 @@ def test_nvcc_builds_with_flashinfers_link_line(image, tmp_path):
 
 def test_torch_cpp_extension_jit_builds_an_sm_120a_kernel(image, tmp_path):
     """torch.utils.cpp_extension, as SGLang's and DeepEP's JIT paths use it: CUDA_HOME, nvcc, g++,
-    Python headers and TORCH_CUDA_ARCH_LIST=12.0a; loaded against the no-GPU libcuda stub."""
+    Python headers and TORCH_CUDA_ARCH_LIST=<the GPU's arch>a; loaded against the no-GPU libcuda stub."""
     (tmp_path / "jit.py").write_text(
         "from torch.utils.cpp_extension import load_inline\n"
         "cuda = '__global__ void k(float *x) { x[threadIdx.x] += 1.0f; }\\n'"

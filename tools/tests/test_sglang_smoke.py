@@ -14,13 +14,15 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from sglnode.pins import PINS
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMOKE_SCRIPT = REPO_ROOT / "images" / "sglang" / "smoke.sh"
 SMOKE_TIMEOUT_S = 120
 TORCH_INIT = """\
 from types import SimpleNamespace
 
-__version__ = "2.14.1+cu130"
+__version__ = {torch_version!r}
 version = SimpleNamespace(cuda={cuda!r})
 
 
@@ -44,14 +46,21 @@ def _fake_module(site: Path, dotted: str) -> None:
     (path / "__init__.py").touch()
 
 
-def _make_env(root: Path, *, torch_cuda: str = "13.0", arch_flags: str = "sm_90 sm_100 sm_120") -> Path:
+TORCH_VERSION = f"{PINS.torch}+{PINS.cuda_tag}"
+
+
+def _make_env(
+    root: Path, *, torch_cuda: str = PINS.cuda, arch_flags: str = f"sm_90 sm_100 {PINS.gpu.sm}"
+) -> Path:
     """A venv that looks to smoke.sh like an installed image; returns its bin folder."""
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
     site = Path(sysconfig.get_path("platlib", vars={"base": str(venv), "platbase": str(venv)}, scheme="venv"))
     for module in ("sglang.srt.server_args", "sgl_kernel", "flashinfer", "nixl._api", "torch"):
         _fake_module(site, module)
-    (site / "torch" / "__init__.py").write_text(TORCH_INIT.format(cuda=torch_cuda, arch_flags=arch_flags))
+    (site / "torch" / "__init__.py").write_text(
+        TORCH_INIT.format(cuda=torch_cuda, arch_flags=arch_flags, torch_version=TORCH_VERSION)
+    )
     (site / "sglang" / "launch_server.py").write_text(LAUNCH_SERVER)
     return venv / "bin"
 
@@ -63,6 +72,7 @@ def _smoke(bin_dir: Path, report: Path, **env_overrides: str) -> subprocess.Comp
         "ENABLE_MOONCAKE": "0",
         "ENABLE_DEEPEP": "0",
         "NO_GPU_LIB": str(bin_dir),
+        "CUDA_ARCH": PINS.gpu.cuda_arch,  # the Dockerfile passes its TORCH_CUDA_ARCH_LIST
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         **env_overrides,
     }
@@ -81,7 +91,7 @@ def test_a_complete_install_passes_and_writes_the_report(tmp_path):
     result = _smoke(_make_env(tmp_path), report)
     assert result.returncode == 0, result.stdout + result.stderr
     text = report.read_text()
-    assert "torch    2.14.1+cu130 CUDA 13.0" in text
+    assert f"torch    {TORCH_VERSION} CUDA {PINS.cuda}" in text
     assert "import   sglang.srt.server_args" in text
     assert "import   nixl._api" in text
     assert text.rstrip().endswith("run      python3 -m sglang.launch_server --help")
@@ -93,10 +103,23 @@ def test_a_torch_built_for_cuda_12_fails(tmp_path):
     assert "torch CUDA 12.8" in result.stdout
 
 
-def test_a_torch_compiled_without_sm_120_fails(tmp_path):
+def test_a_torch_compiled_without_the_gpus_arch_fails(tmp_path):
     result = _smoke(_make_env(tmp_path, arch_flags="sm_80 sm_90"), tmp_path / "report.txt")
     assert result.returncode != 0
-    assert "no sm_120" in result.stdout
+    assert f"no {PINS.gpu.sm}" in result.stdout
+
+
+def test_smoke_needs_the_cuda_arch(tmp_path):
+    env = {key: value for key, value in os.environ.items() if key != "CUDA_ARCH"}
+    result = subprocess.run(
+        ["bash", str(SMOKE_SCRIPT), str(tmp_path / "report.txt")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=SMOKE_TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode != 0 and "CUDA_ARCH" in result.stderr
 
 
 def test_an_enabled_backend_that_does_not_import_fails(tmp_path):

@@ -6,6 +6,7 @@ import pytest
 
 from sglnode.cli import main
 from sglnode.diagnosis.diagnose import diagnose_lines, numbered
+from sglnode.pins import PINS
 from sglnode.planning.planner import PHASE_CUDA_GRAPH, PHASE_KV_CACHE, PHASE_WEIGHTS
 from sglnode.readiness import loglines
 from sglnode.readiness.startup import ProgressTracker, Stage
@@ -26,7 +27,7 @@ RENDERED_ARGS = [
     "--host",
     "127.0.0.1",
     "--port",
-    "30000",
+    str(PINS.ports.sglang),
     "--tp-size",
     "4",
     "--mem-fraction-static",
@@ -40,7 +41,7 @@ RENDERED_ARGS = [
     "--disaggregation-mode",
     "prefill",
     "--disaggregation-bootstrap-port",
-    "8998",
+    str(PINS.ports.bootstrap),
     "--enable-metrics",
     "--trust-remote-code",
 ]
@@ -161,7 +162,7 @@ def test_env_knobs_are_read(parser):
         128,
     )
     assert server.role == "prefill" and server.mem_fraction_static == 0.85
-    assert config.bootstrap_port == 8998 and config.disaggregation_mode == "prefill"
+    assert config.bootstrap_port == PINS.ports.bootstrap and config.disaggregation_mode == "prefill"
 
 
 @pytest.mark.parametrize(
@@ -209,12 +210,12 @@ def test_startup_lines_follow_the_planner_and_parse_with_loglines():
     total = loglines.MAX_TOTAL_NUM_TOKENS_RE.search(log)
     assert total and int(total.group("tokens")) == plan.kv_tokens
     assert all(loglines.PREFIX_RE.match(line) for line in log.splitlines() if not line.startswith(" "))
-    assert "Init torch distributed" not in log  # SGLang 0.5.23 no longer prints it
+    assert "Init torch distributed" not in log  # the pinned SGLang no longer prints it
 
 
 @pytest.mark.parametrize("model", [FLASH, "llama-3.1-70b-instruct"])
 def test_every_startup_line_is_an_upstream_template(model):
-    # The simulator prints nothing SGLang 0.5.23 would not: each line renders a catalogue template.
+    # The simulator prints nothing the pinned SGLang would not: each line renders a catalogue template.
     _, died, log = run_startup(make_config(model=model, tp_size="4"))
     assert died is None
     patterns = [entry.pattern() for entry in catalog.load().values() if entry.kind == "log"]

@@ -8,6 +8,7 @@ import json
 import aiohttp
 from aiohttp import web
 
+from sglnode.pins import PINS
 from sglnode.sim.config import SimConfig, parse_faults
 from sglnode.sim.engine import ROOM_READY, SimEngine
 from sglnode.sim.http_api import build_app, build_bootstrap_app
@@ -102,7 +103,7 @@ def test_health_info_and_models():
     for path in ("/server_info", "/get_server_info"):
         status, info = results[path]
         assert status == 200 and info["simulated"] is True
-        assert info["tp_size"] == 4 and info["version"] == "0.5.23"
+        assert info["tp_size"] == 4 and info["version"] == PINS.sglang
         assert info["internal_states"][0]["max_total_num_tokens"] == engine.plan.kv_tokens
 
 

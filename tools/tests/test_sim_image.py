@@ -15,13 +15,14 @@ import pytest
 from image_build import BUILD_TIMEOUT_S, build_with_script, docker
 
 from sglnode import __version__
+from sglnode.pins import PINS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "images" / "sim" / "build.sh"
-TAG = f"sglnode/sim:{__version__}"
+TAG = PINS.sim_image
 SIM_UID = "10002"  # images/sim/Dockerfile ARG SIM_UID
 READY_TIMEOUT_S = 60
-SGLANG_PORT = 30000
+SGLANG_PORT = PINS.ports.sglang
 SIM_ARGS = [
     "python3",
     "-m",

@@ -1,6 +1,6 @@
 """The sm_120 kernel check: backend choices against the image's kernel audit, and the map against the wheel.
 
-kernels.yaml says what SGLang 0.5.23 loads for each choice; the audit (kernel-audit.json, the image's
+kernels.yaml says what the pinned SGLang loads for each choice; the audit (kernel-audit.json, the image's
 own /opt/sglnode/kernel-audit.json: test_upstream_oracle.py holds the shipped copy to the built image)
 says which of those binaries run on sm_120. Here: refusals carry the audit's evidence, an audit that
 changes changes the verdict, and every source, refusal message and choice in the map is the pinned
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from sglnode.pins import PINS
 from sglnode.topology import check_topology, read_topology_file
 from sglnode.topology.flags import load_catalog
 from sglnode.topology.kernels import KernelAudit, check_kernels, load_audit, load_kernel_map
@@ -151,7 +152,7 @@ def test_pd_without_a_transfer_backend_is_checked_on_sglangs_default():
     assert problems and all("mooncake-transfer-engine" in p.message for p in problems)
 
     def built_with_mooncake(raw):
-        raw["distributions"]["mooncake-transfer-engine-cuda13"] = "0.3.14"
+        raw["distributions"]["mooncake-transfer-engine-cuda13"] = PINS.mooncake
 
     assert check_kernels(topology, _audit_with(built_with_mooncake))[1] == []
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sglnode.pins import PINS
 from sglnode.topology import RenderOptions, check_topology, read_topology_file, render
 from sglnode.topology.render import JIT_CACHE_PATH
 
@@ -189,7 +190,11 @@ def test_compose_pins_gpus_binds_ports_to_the_bind_address_and_mounts_model_read
     prefill = services["prefill0"]
     assert prefill["command"][prefill["command"].index("--base-gpu-id") + 1] == "0"
     assert prefill["ports"] == ["10.1.2.3:30001:30001"]
-    assert services["router"]["ports"] == ["10.1.2.3:30000:30000", "10.1.2.3:29000:29000"]
+    router, prometheus = PINS.ports.router, PINS.ports.router_prometheus  # pd-1p1d takes the defaults
+    assert services["router"]["ports"] == [
+        f"10.1.2.3:{router}:{router}",
+        f"10.1.2.3:{prometheus}:{prometheus}",
+    ]
     assert prefill["volumes"][0] == "/srv/models/DeepSeek-V4-Flash:/models/DeepSeek-V4-Flash:ro"
     assert prefill["ipc"] == "host" and prefill["init"] is True
     assert prefill["ulimits"]["memlock"] == {"soft": -1, "hard": -1}
@@ -204,9 +209,9 @@ def test_jit_caches_persist_in_one_volume_per_image():
         assert "sglang-jit:/var/cache/sglang-jit" in document["services"][name]["volumes"]
     assert "volumes" not in document["services"]["router"]
     volume = document["volumes"]["sglang-jit"]["name"]
-    assert volume == "sglang-jit-sglang-sm120-0.5.23-cu130-torch2.14.1"
+    assert volume == "sglang-jit-" + PINS.sglang_image.replace(":", "-")
     # Another image (new lock, new torch) never loads the old image's compiled modules.
-    other = compose(rendered("pd-1p1d", sglang_image="sglang-sm120:0.5.23-cu130-torch2.14.1-abc123"))
+    other = compose(rendered("pd-1p1d", sglang_image=f"{PINS.sglang_image}-abc123"))
     assert other["volumes"]["sglang-jit"]["name"] != volume
 
 
@@ -237,8 +242,12 @@ def test_pd_router_is_the_real_router_in_pd_mode_with_bootstrap_port():
     command = compose(rendered("pd-1p1d"))["services"]["router"]["command"]
     assert command[:3] == ["python3", "-m", "sglang_router.launch_router"]
     joined = " ".join(command)
-    assert "--pd-disaggregation --prefill http://prefill0:30001 8998 --decode http://decode0:30002" in joined
-    assert "--prometheus-port 29000" in joined and "--policy cache_aware" in joined
+    bootstrap = PINS.ports.bootstrap
+    assert (
+        f"--pd-disaggregation --prefill http://prefill0:30001 {bootstrap} --decode http://decode0:30002"
+        in joined
+    )
+    assert f"--prometheus-port {PINS.ports.router_prometheus}" in joined and "--policy cache_aware" in joined
 
 
 def test_replicas_router_uses_worker_urls():
@@ -256,7 +265,7 @@ def test_sglang_command_uses_0523_flags_for_fields():
     assert command[command.index("--tp-size") + 1] == "8"
     mtp = compose(rendered("tp4-mtp"))["services"]["mtp0"]["command"]
     assert " ".join(mtp).count("--speculative-") == 4
-    # SGLang 0.5.23 runs DeepSeek-V4's MTP heads as EAGLE (it refuses NEXTN for this model).
+    # The pinned SGLang runs DeepSeek-V4's MTP heads as EAGLE (it refuses NEXTN for this model).
     assert mtp[mtp.index("--speculative-algorithm") + 1] == "EAGLE"
 
 
@@ -273,7 +282,7 @@ def test_multinode_renders_each_rank_with_dist_init_and_host_network():
         assert services["prefill0"]["network_mode"] == "host"
         assert "ports" not in services["prefill0"]
     assert "healthcheck" in node_a["prefill0"] and "healthcheck" not in node_b["prefill0"]
-    assert "--prefill http://10.0.0.11:30001 8998" in " ".join(node_a["router"]["command"])
+    assert f"--prefill http://10.0.0.11:30001 {PINS.ports.bootstrap}" in " ".join(node_a["router"]["command"])
 
 
 def test_sim_override_swaps_image_and_entrypoint_and_resets_gpus():

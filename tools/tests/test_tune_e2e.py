@@ -1,6 +1,6 @@
 """The sweep end to end on the simulated node (servers are `sglnode sim`, a TEST DOUBLE of SGLang):
 two candidates deployed with docker compose, one ready and benchmarked, one dying at startup in
-KV-cache allocation as SGLang 0.5.23 does; both torn down, nothing left behind, every figure SIMULATED."""
+KV-cache allocation as the pinned SGLang does; both torn down, nothing left behind, every figure SIMULATED."""
 
 import io
 import json

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from docker_available import built_sglang_image
 
+from sglnode.pins import PINS
 from sglnode.tune import moe
 from sglnode.tune.nccl import load_measurements, score_variants
 
@@ -38,9 +39,9 @@ def test_coverage_of_the_shipped_presets_names_the_missing_configs(image):
     rows = moe.plan_rows(moe.moe_presets(), [1, 2, 4, 8], [1])
     report = moe.coverage(rows, image)
     print(moe.render_coverage(report))
-    assert report["sglang"] == "0.5.23"
-    assert report["device_name"] == "NVIDIA RTX PRO 6000 Blackwell Server Edition"
-    # What 0.5.23 ships for this GPU: two files, for another Triton than the image's.
+    assert report["sglang"] == PINS.sglang
+    assert report["device_name"] == PINS.gpu.device_name
+    # What the pinned SGLang ships for this GPU: two files, for another Triton than the image's.
     assert report["shipped_for_device"] == [
         f"triton_3_6_0/E=256,N=512,device_name={DEVICE}.json",
         f"triton_3_6_0/E=256,N=512,device_name={DEVICE}_down.json",
@@ -99,7 +100,7 @@ def test_a_seeded_cache_with_a_tuned_file_is_what_sglang_reads_through_sglang_mo
 def _offline_probe(image, cases, device_name, config_dir):
     """Every case missing: enough to build the tuning jobs without running the image."""
     return {
-        "sglang": "0.5.23", "triton": "3.8.0", "device_name": device_name, "config_root": "-",
+        "sglang": PINS.sglang, "triton": "3.8.0", "device_name": device_name, "config_root": "-",
         "shipped_for_device": [],
         "cases": [
             {

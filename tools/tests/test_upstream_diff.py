@@ -7,8 +7,13 @@ from pathlib import Path
 import pytest
 
 from sglnode.cli import main
+from sglnode.pins import PINS
 from sglnode.upstream.diff import diff_releases, function_source, raised_messages
 from sglnode.upstream.wheels import WheelSource, pinned_wheel
+
+# Two consecutive SGLang releases on PyPI whose differences the diff command must find (their wheels are
+# in upstream/wheels.yaml); a fixed piece of history, not the pinned version.
+HISTORICAL_RELEASES = ("0.5.22", "0.5.23")
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +49,7 @@ def edited_release(tmp_path_factory, pinned) -> Path:
 def test_diff_names_each_change_and_what_depends_on_it(pinned, edited_release):
     with WheelSource(pinned) as old, WheelSource(edited_release) as new:
         report = diff_releases(old, new)
-    assert report["old"] == "0.5.23"
+    assert report["old"] == PINS.sglang
     assert report["flags"]["added"] == report["flags"]["removed"] == []
     (string,) = report["strings"]
     assert string["id"] == "capture_decode_end" and "loglines.CUDA_GRAPH_END_RE" in string["used_by"]
@@ -57,11 +62,11 @@ def test_diff_names_each_change_and_what_depends_on_it(pinned, edited_release):
 
 
 def test_diff_command_against_the_previous_release(capsys):
-    # 0.5.22 -> 0.5.23 (the real releases from PyPI): the MLA prefill-graph cap moved from 2048 to
-    # 8192 tokens, and 0.5.23 added --enable-http-worker-reuseport.
-    assert main(["upstream", "diff", "0.5.22", "0.5.23", "--json"]) == 0
+    # Two real releases from PyPI, named for what changed between them (history, not the pin): the MLA
+    # prefill-graph cap moved from 2048 to 8192 tokens, and the newer added --enable-http-worker-reuseport.
+    assert main(["upstream", "diff", *HISTORICAL_RELEASES, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert (report["old"], report["new"]) == ("0.5.22", "0.5.23")
+    assert (report["old"], report["new"]) == HISTORICAL_RELEASES
     assert "--enable-http-worker-reuseport" in report["flags"]["added"]
     hook = next(m for m in report["memory_functions"] if m["function"].endswith("handle_gpu_memory_settings"))
     assert "-            prefill_cuda_graph_config.max_bs = 2048" in hook["diff"]

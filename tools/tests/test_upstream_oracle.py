@@ -1,6 +1,6 @@
 """SGLang's own code, run in the real sglang image, against what this repo recorded from it.
 
-The image (`make image`; its tag in .cache/sglang-image.tag) holds the pinned sglang 0.5.23 with its
+The image (`make image`; its tag in .cache/sglang-image.tag) holds the pinned sglang with its
 whole dependency stack. Here its ServerArgs resolution and KV-pool configurators run on the node
 double (tools/oracle/), and its real argparse is dumped: the outputs must equal the recorded
 snapshot (fixtures/oracle/, which test_planning_port.py holds the planner's port to) and the flag
@@ -16,6 +16,8 @@ import pytest
 import yaml
 from docker_available import built_sglang_image
 
+from sglnode.pins import PINS, gpu_env
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools" / "oracle"))
 import matrix  # noqa: E402  (tools/oracle is not a package: it runs inside the image)
@@ -24,7 +26,7 @@ ORACLE_DIR = REPO / "tools" / "oracle"
 MODELS_DIR = REPO / "tools" / "sglnode" / "planning" / "models" / "hf"
 FLAGS_SCRIPT = REPO / "tools" / "sglnode" / "topology" / "regen_sglang_flags.py"
 FLAGS_FILE = REPO / "tools" / "sglnode" / "topology" / "sglang_flags.yaml"
-SNAPSHOT = Path(__file__).parent / "fixtures" / "oracle" / "sglang-0.5.23-memory.jsonl"
+SNAPSHOT = Path(__file__).parent / "fixtures" / "oracle" / f"sglang-{PINS.sglang}-memory.jsonl"
 # The image's driver-less library folder: a stub libcuda.so.1 so sgl_kernel imports without a GPU.
 NO_GPU_LIBS = "/opt/sglnode/no-gpu"
 RUN_TIMEOUT_S = 600
@@ -41,6 +43,9 @@ def run_in_image(
     image: str, command: list[str], stdin: str = "", mounts: dict[Path, str] | None = None
 ) -> str:
     argv = ["docker", "run", "--rm", "-i", "--network", "none", "-e", f"LD_LIBRARY_PATH={NO_GPU_LIBS}"]
+    for name, value in gpu_env().items():  # the node's GPU, for tools/oracle/node_double.py
+        argv += ["-e", f"{name}={value}"]
+    argv += ["-e", f"SGLNODE_TORCH_VERSION={PINS.torch}"]  # the stub torch of regen_sglang_flags.py
     for host, target in (mounts or {}).items():
         argv += ["-v", f"{host}:{target}:ro"]
     result = subprocess.run(

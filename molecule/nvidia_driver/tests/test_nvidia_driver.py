@@ -14,8 +14,9 @@ def test_existing_cuda_keyring_source_is_adopted_and_apt_updates(host):
     assert "Conflicting values set for option Signed-By" not in update.stdout + update.stderr
 
 
-def test_driver_stays_on_branch_580_although_590_is_offered(host):
-    # The fixture repo also carries nvidia-open 590.x: only the pin keeps apt on 580.
+def test_driver_stays_on_the_pinned_branch_although_a_newer_one_is_offered(host):
+    # The fixture repo also carries nvidia-open 590.x: only the pin keeps apt on the pinned branch
+    # (the fixture repo's versions are test data: molecule/shared/files/build-fixture-apt-repo.sh).
     assert host.package("nvidia-open").version == "580.95.05-1"
     policy = host.check_output("apt-cache policy nvidia-open")
     assert "590.44.01-1" in policy

@@ -8,12 +8,18 @@ the classic CLI's BuildKit, one with the (stand-in) buildx plugin the node has.
 import json
 import re
 import subprocess
+import sys
+from pathlib import Path
+
+# This checkout's pins (tools/sglnode/pins.yaml), whichever sglnode the venv has installed.
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))
+from sglnode.pins import PINS
 
 BUILD_DIR = "/var/lib/sglnode/build/sglang-image"
-WHEEL = "flash_attn-2.8.3-cp311-cp311-linux_x86_64.whl"
+WHEEL = f"flash_attn-{PINS.flash_attn}-cp311-cp311-linux_x86_64.whl"
 BUILDX_LOG = "/var/log/fixture-docker-buildx.log"
 DOCKER_TIMEOUT_S = 60
-TAG = re.compile(r"^0\.5\.23-cu130-torch2\.14\.1-[0-9a-f]{12}$")
+TAG = re.compile(rf"^{re.escape(PINS.sglang_image_versions)}-[0-9a-f]{{12}}$")
 
 
 def _docker(*args):
@@ -62,17 +68,17 @@ def test_labels_and_build_args_reached_the_build():
     for builder in ("classic", "buildx"):
         ref = _image(builder)
         labels = _labels(ref)
-        assert labels["org.opencontainers.image.version"] == "0.5.23"
+        assert labels["org.opencontainers.image.version"] == PINS.sglang
         assert labels["org.opencontainers.image.revision"] == "molecule"
         assert labels["org.opencontainers.image.base.name"] == "sglnode/debian:bookworm"
         assert labels["io.sglnode.built-by"] == "ansible role sglang_image"
         recorded = dict(line.split("=", 1) for line in _recorded(ref, "build-args.txt").split())
-        assert recorded["SGLANG_VERSION"] == "0.5.23"
-        assert recorded["TORCH_VERSION"] == "2.14.1"
-        assert recorded["CUDA_VERSION"] == "13.0.3"
+        assert recorded["SGLANG_VERSION"] == PINS.sglang
+        assert recorded["TORCH_VERSION"] == PINS.torch
+        assert recorded["CUDA_VERSION"] == PINS.cuda_wheels.rsplit(".", 1)[0]
         assert recorded["ENABLE_NIXL"] == "1"
         assert recorded["ENABLE_MOONCAKE"] == {"classic": "0", "buildx": "1"}[builder]
-        assert recorded["FLASH_ATTN_VERSION"] == "2.8.3"
+        assert recorded["FLASH_ATTN_VERSION"] == PINS.flash_attn
         assert int(recorded["MAX_JOBS"]) >= 1
 
 

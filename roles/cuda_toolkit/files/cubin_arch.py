@@ -14,7 +14,7 @@ import sys
 
 EM_CUDA = 190  # ELF e_machine for NVIDIA CUDA (elf.h)
 ELF_ABI_VERSION_OFFSET = 8  # e_ident[EI_ABIVERSION]
-# From CUDA ELF ABI version 8 on (seen with nvcc 12.8-13.0) the SM number sits in bits 8-15
+# From CUDA ELF ABI version 8 on (seen with nvcc 12.8 to 13.x) the SM number sits in bits 8-15
 # of e_flags; older cubins kept it in bits 0-7.
 ABI_WITH_SHIFTED_SM = 8
 TOOLKIT_NOTE_SECTION = b".note.nv.tkinfo"  # holds the ptxas command line, e.g. "-arch sm_120a"

@@ -5,7 +5,7 @@ a cache hit, and a run of hits measures the cache, not prefill. So every request
 every stage, every worker) gets its own prompt, derived from (seed, request number) alone, where
 the request number is the stage's base plus the request's index in it (`request_number`).
 
-Token-id prompts mirror SGLang's `random-ids` dataset (sglang 0.5.23,
+Token-id prompts mirror SGLang's `random-ids` dataset (the pinned sglang,
 python/sglang/benchmark/datasets/random.py, `sample_random_requests` with random_sample=False):
 prompt i is `(offset_i + i + j) % vocab_size` for j in range(input_len), consecutive ids from a
 random start, of exactly the requested length. Here the ids live in [TOKEN_ID_LOW, TOKEN_ID_HIGH)

@@ -30,6 +30,7 @@ from sglnode.bench.report import SCHEMA, ProgressBar, print_report, write_json
 from sglnode.bench.runner import StageRun, StageSpec, run_stage
 from sglnode.bench.target import Endpoint, flush_cache, parse_url, probe_simulated
 from sglnode.interrupts import Interrupted, raise_on_signals, signal_exit_code
+from sglnode.pins import PINS
 
 EXIT_OK = 0
 EXIT_TARGET_MISSED = 1
@@ -58,7 +59,7 @@ class BenchConfigError(ValueError):
 
 @dataclass(frozen=True)
 class BenchConfig:
-    url: str = "http://127.0.0.1:30000"
+    url: str = f"http://127.0.0.1:{PINS.ports.sglang}"
     api: str = "generate"
     model: str = "default"
     api_key: str | None = None

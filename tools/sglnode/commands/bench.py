@@ -28,6 +28,7 @@ from sglnode.bench.session import (
 )
 from sglnode.exitcodes import EXIT_USAGE
 from sglnode.interrupts import guarded
+from sglnode.pins import PINS
 
 API_KEY_ENV = "SGLNODE_API_KEY"
 PER_STAGE_HELP = "one number for every stage, or per concurrency/rate: 1:150,4:300,16:600"
@@ -42,7 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     target = p.add_argument_group("target")
-    target.add_argument("--url", default="http://127.0.0.1:30000", help="server or router base URL")
+    target.add_argument(
+        "--url", default=f"http://127.0.0.1:{PINS.ports.sglang}", help="server or router base URL"
+    )
     target.add_argument("--api", choices=API_NAMES, default="generate", help="endpoint to drive")
     target.add_argument("--model", default="default", help="model name for the OpenAI endpoints")
     target.add_argument(

@@ -1,6 +1,6 @@
 """`sglnode plan`: will a model fit on a GPU at a TP size and memory fraction, and how fast can decode be.
 
-Without --mem-fraction-static the plan uses SGLang 0.5.23's own default for this GPU, TP and role,
+Without --mem-fraction-static the plan uses the pinned SGLang's own default for this GPU, TP and role,
 as the server would. Exit codes (sglnode.exitcodes): 0 fits, 1 does not fit (the phase that fails
 is printed), 64 bad input.
 """
@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sglnode.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from sglnode.pins import PINS
 from sglnode.planning.planner import (
     DEFAULT_CONCURRENCY,
     DEFAULT_ROOFLINE_CONTEXT_TOKENS,
@@ -97,7 +98,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     model.add_argument("--config", help="a Hugging Face config.json")
     parser.add_argument("--weights-gb", type=_number(0, MAX_GB), help="total weight size in GB (2**30 bytes)")
     parser.add_argument("--checkpoint", help="checkpoint dir or its model.safetensors.index.json")
-    parser.add_argument("--gpu", default="rtx-pro-6000-blackwell", help="GPU preset (default: %(default)s)")
+    parser.add_argument("--gpu", default=PINS.gpu.preset, help="GPU preset (default: %(default)s)")
     parser.add_argument(
         "--gpu-mem-gb", type=_number(0, MAX_GB), help="override GPU memory (GB as torch reports it)"
     )

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sglnode.exitcodes import EXIT_USAGE
+from sglnode.pins import PINS
 from sglnode.topology.check import check_topology, format_problems
 from sglnode.topology.kernels import KernelAuditError, KernelFinding, check_kernels, describe, load_audit
 from sglnode.topology.memory import check_memory
@@ -39,7 +40,7 @@ EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_UNREADABLE = 2
 EXIT_NOT_WRITTEN = 3
-DEFAULT_GPU_PRESET = "rtx-pro-6000-blackwell"
+DEFAULT_GPU_PRESET = PINS.gpu.preset
 
 
 def _node_gpus(text: str) -> int:

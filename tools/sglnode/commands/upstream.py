@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         verb.set_defaults(func=func)
     diff = verbs.add_parser("diff", help="compare two SGLang releases: flags, strings, memory defaults")
     diff.add_argument("old", help="older version (e.g. 0.5.22) or a wheel/source path")
-    diff.add_argument("new", help="newer version (e.g. 0.5.23) or a wheel/source path")
+    diff.add_argument("new", help="newer version (e.g. the pinned one) or a wheel/source path")
     diff.add_argument("--json", action="store_true", help="print the comparison as JSON")
     diff.set_defaults(func=run_diff)
 

@@ -21,6 +21,7 @@ from sglnode.argtypes import number, seconds
 from sglnode.bench.checks import THRESHOLD_FLAGS
 from sglnode.exitcodes import EXIT_USAGE
 from sglnode.interrupts import guarded, raise_on_signals
+from sglnode.pins import PINS
 from sglnode.rollout import BenchSettings, RolloutSettings, run_rollout_check, targets_from_settings
 from sglnode.topology.check import check_topology, format_problems
 from sglnode.topology.model import TopologyFileError, read_topology_file
@@ -40,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--report-dir", type=Path, required=True)
     parser.add_argument("--bind-address", default="127.0.0.1", help="address the ports are published on")
     parser.add_argument("--node", help="node of a multi-node topology (default: the first)")
-    parser.add_argument("--gpu", default="rtx-pro-6000-blackwell", help="GPU preset for the roofline")
+    parser.add_argument("--gpu", default=PINS.gpu.preset, help="GPU preset for the roofline")
     parser.add_argument(
         "--timeout", type=seconds(), default=1800.0, help="seconds each server may take to start"
     )

@@ -19,6 +19,7 @@ from typing import TextIO
 from sglnode.argtypes import seconds
 from sglnode.exitcodes import EXIT_USAGE
 from sglnode.interrupts import guarded, raise_on_signals
+from sglnode.pins import PINS
 from sglnode.readiness.client import DEFAULT_TIMEOUT_S as DEFAULT_PROBE_TIMEOUT_S
 from sglnode.readiness.client import UrlError, parse_base_url
 from sglnode.readiness.logwatch import FileFollower, compose_follower, docker_follower, journal_follower
@@ -43,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--url", help="server or router base URL, e.g. http://127.0.0.1:30000")
+    parser.add_argument("--url", help=f"server or router base URL, e.g. http://127.0.0.1:{PINS.ports.sglang}")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--log", type=Path, help="server log file (followed like tail -F)")
     source.add_argument("--container", help="docker container name (docker logs -f)")

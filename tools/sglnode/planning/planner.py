@@ -1,4 +1,4 @@
-"""Will it fit, and how fast can it be? SGLang 0.5.23's own memory budget, and a decode roofline.
+"""Will it fit, and how fast can it be? The pinned SGLang's own memory budget, and a decode roofline.
 
 The arithmetic is SGLang's, ported in `sglang_memory` and checked against upstream's code run on
 the node double (see that module): the launch defaults (`--mem-fraction-static`,
@@ -255,7 +255,7 @@ def _int_arg(args: dict[str, Any], key: str) -> int | None:
 
 
 def tp_problems(model: ModelSpec, tp: int) -> list[str]:
-    """Why SGLang 0.5.23 refuses this TP size for the model's attention heads (empty: it accepts it).
+    """Why the pinned SGLang refuses this TP size for the model's attention heads (empty: it accepts it).
 
     Query heads are split evenly over TP ranks: `ColumnParallelLinear` and `QKVParallelLinear` call
     `divide(total_num_heads, tp_size)`, which asserts `numerator % denominator == 0`

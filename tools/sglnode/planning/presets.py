@@ -1,7 +1,7 @@
 """GPU and model presets (YAML data in hardware/ and models/) and Hugging Face config.json readers.
 
 A model preset names the checkpoint's config.json (models/hf/<dir>/config.json: the shapes SGLang
-reads), its size on disk, and what SGLang 0.5.23 resolves for it on this GPU beyond the generic
+reads), its size on disk, and what the pinned SGLang resolves for it on this GPU beyond the generic
 memory rule (`sglang:` section: KV dtype, page size, request cap, CUDA-graph phases, speculative
 algorithms it accepts, DeepSeek-V4 pool byte sizes). The `sglang:` values were read from upstream's
 own resolution run on the node double (tools/oracle/) and tools/tests/test_upstream_oracle.py
@@ -157,7 +157,7 @@ class GpuSpec:
 
 @dataclass(frozen=True)
 class SGLangModelFacts:
-    """What SGLang 0.5.23 resolves for this model on sm_120, beyond the generic memory rule."""
+    """What the pinned SGLang resolves for this model on sm_120, beyond the generic memory rule."""
 
     kv_cache_dtype: str = "bfloat16"  # what --kv-cache-dtype auto becomes
     page_size: int = 1

@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's memory arithmetic, ported: launch defaults, the memory reserve, KV bytes per token.
+"""The pinned SGLang's memory arithmetic, ported: launch defaults, the memory reserve, KV bytes per token.
 
 Every function here names the upstream function it ports (paths under sglang/srt/ in the pinned
 wheel). The port is checked against upstream's own code over a matrix of GPU sizes, TP sizes,

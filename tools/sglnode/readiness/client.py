@@ -1,7 +1,7 @@
 """HTTP to an SGLang server or router: readiness, one tiny generation, model/server info, metrics.
 
 Synchronous on purpose: `sglnode wait` runs the probe in its own thread so a slow answer never
-delays reading the log. Endpoints (SGLang 0.5.23, python/sglang/srt/entrypoints/http_server.py):
+delays reading the log. Endpoints (the pinned SGLang, python/sglang/srt/entrypoints/http_server.py):
 `/health_generate` (200 only after a real forward pass), `/health`, `/model_info`,
 `/server_info` (`/get_server_info` on older releases), `/metrics` (with --enable-metrics),
 `/generate`. The router (sglang-router) serves `/health`, `/generate` and `/v1/*`.
@@ -21,6 +21,8 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
+from sglnode.pins import PINS
+
 DEFAULT_TIMEOUT_S = 5.0
 # One generation through a PD router touches prefill, KV transfer and decode; allow it longer.
 PD_GENERATE_TIMEOUT_S = 30.0
@@ -34,6 +36,9 @@ PING_REQUEST: dict[str, Any] = {"text": "ping", "sampling_params": {"max_new_tok
 
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
+# What the messages suggest: SGLang's default port (tools/sglnode/pins.yaml).
+EXAMPLE_HOST_PORT = f"127.0.0.1:{PINS.ports.sglang}"
+IPV6_EXAMPLE = f"http://[::1]:{PINS.ports.sglang}"
 # host[:port] of a base URL: a bracketed IPv6 literal or a name/IPv4 address; no user info.
 _NETLOC_RE = re.compile(r"^(?:\[(?P<v6>[^\[\]]*)\]|(?P<host>[A-Za-z0-9._-]+))(?::(?P<port>\d{1,5}))?$")
 _IPV4_LIKE_RE = re.compile(r"^[\d.]+$")
@@ -58,9 +63,9 @@ def parse_base_url(url: str, schemes: tuple[str, ...] = ("http", "https"), flag:
     address or a port out of range raises deep inside it; here each is a sentence.
     """
     text = url.strip()
-    example = f"{schemes[0]}://127.0.0.1:30000"
+    example = f"{schemes[0]}://{EXAMPLE_HOST_PORT}"
     if "://" not in text:
-        raise UrlError(f"{flag} {url!r} has no scheme: write {schemes[0]}://{text or '127.0.0.1:30000'}")
+        raise UrlError(f"{flag} {url!r} has no scheme: write {schemes[0]}://{text or EXAMPLE_HOST_PORT}")
     scheme, _, rest = text.partition("://")
     scheme = scheme.lower()
     if scheme not in schemes:
@@ -71,14 +76,14 @@ def parse_base_url(url: str, schemes: tuple[str, ...] = ("http", "https"), flag:
         parts = urlsplit(f"{scheme}://{rest}")
     except ValueError as error:  # "Invalid IPv6 URL": an unbalanced bracket
         raise UrlError(
-            f"{flag} {url!r}: {error} (an IPv6 address goes in brackets: http://[::1]:30000)"
+            f"{flag} {url!r}: {error} (an IPv6 address goes in brackets: {IPV6_EXAMPLE})"
         ) from None
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         raise UrlError(f"{flag} {url!r}: give the base URL only, without a path or query, e.g. {example}")
     match = _NETLOC_RE.match(parts.netloc)
     if match is None:
         hint = (
-            " (an IPv6 address goes in brackets: http://[::1]:30000)"
+            f" (an IPv6 address goes in brackets: {IPV6_EXAMPLE})"
             if parts.netloc.count(":") > 1 or "[" in parts.netloc or "]" in parts.netloc
             else ""
         )
@@ -157,7 +162,7 @@ def _no_answer(error: BaseException) -> Unreachable:
 
 
 class SGLangClient:
-    """Talks to one base URL, e.g. http://127.0.0.1:30000."""
+    """Talks to one base URL, e.g. http://127.0.0.1:<port>."""
 
     def __init__(self, base_url: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         self.base_url = base_url.rstrip("/")

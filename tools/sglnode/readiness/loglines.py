@@ -4,9 +4,9 @@ The templates are not copies typed from memory: each is an entry of the upstream
 (`sglnode/upstream/sglang-strings.yaml`), extracted from the pinned SGLang wheel with its file and
 line, and checked against that wheel by the conformance tests. The simulator renders them
 (`LOAD_WEIGHT_END.render(...)`), so `sglnode wait` / `sglnode diagnose` read the simulator exactly
-as they read SGLang 0.5.23. The regexes are written here: they must parse every 0.5.23 rendering
-(tools/tests/test_loglines.py renders each template with sample values) and also accept the older
-spellings that logs captured from earlier 0.5.x releases contain (corpus excerpts).
+as they read the pinned SGLang. The regexes are written here: they must parse every rendering of
+the pinned release (tools/tests/test_loglines.py renders each template with sample values) and also
+accept the older spellings that logs captured from earlier 0.5.x releases contain (corpus excerpts).
 
 A few lines are not SGLang's: uvicorn's "Uvicorn running on" (uvicorn's own logger) and PyTorch's
 "CUDA out of memory" (c10's CUDACachingAllocator), both printed into the same log.
@@ -37,7 +37,7 @@ def format_prefix(timestamp: datetime, rank_tag: str = "") -> str:
     return PREFIX_FORMAT.format(timestamp=timestamp.strftime(TIMESTAMP_FORMAT), rank_tag=tag)
 
 
-# --- SGLang 0.5.23's templates (upstream catalogue entries) --------------------------------------
+# --- the pinned SGLang's templates (upstream catalogue entries) --------------------------------------
 LOAD_WEIGHT_BEGIN = catalog.get("load_weight_begin")
 LOAD_WEIGHT_END = catalog.get("load_weight_end")
 KV_CACHE_ALLOCATED = catalog.get("kv_cache_allocated_kv")
@@ -61,7 +61,7 @@ CAPTURE_FAILED = catalog.get("capture_failed")
 CAPTURE_FAILED_ADVICE = catalog.get("capture_failed_advice")
 
 # Not SGLang's own strings, printed into the same log:
-# uvicorn/server.py (uvicorn >= 0.51, as sglang 0.5.23 requires)
+# uvicorn/server.py (uvicorn >= 0.51, as the pinned sglang requires)
 UVICORN_RUNNING = "INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)"
 # torch 2.14 c10/cuda/CUDACachingAllocator.cpp, as raised through torch.OutOfMemoryError
 CUDA_OOM = (
@@ -78,13 +78,13 @@ def _f(name: str) -> str:
 
 
 LOAD_WEIGHT_BEGIN_RE = re.compile(r"Load weight begin\. avail mem=" + _f("avail_gb") + r" GB")
-# 0.5.23: "Load weight end. elapsed=.. s, type=.., [quant=.., ]avail mem=.. GB, mem usage=.. GB.",
+# The pinned release: "Load weight end. elapsed=.. s, type=.., [quant=.., ]avail mem=.. GB, mem usage=.. GB.",
 # or, when weights stream in during graph capture, "Load weight end. Committed real weights ...".
 LOAD_WEIGHT_END_RE = re.compile(
     r"Load weight end\.(?: elapsed=" + _f("elapsed_s") + r" s,)?"
     r"(?:.*?avail mem=" + _f("avail_gb") + r" GB(?:, mem usage=" + _f("mem_usage_gb") + r" GB)?)?"
 )
-# 0.5.23: "KV Cache is allocated. dtype: torch.bfloat16, #tokens: N, K size: .. GB, V size: .. GB"
+# The pinned release: "KV Cache is allocated. dtype: torch.bfloat16, #tokens: N, K size: .. GB, V size: .. GB"
 # (or ", KV size: .. GB"; "<label> KV Cache ..." for labelled pools; "KV Cache VA upper bound." when
 # the pool is sized after capture, then "Post-capture KV sizing: KV cache allocated. ...").
 # Older releases: "KV Cache is allocated. #tokens: N, K size: ...".
@@ -104,11 +104,12 @@ DSV4_MEMORY_CALCULATION_RE = re.compile(
     r"available_bytes=" + _f("available_gb") + r" GB"
 )
 DSV4_POOL_INIT_RE = re.compile(r"Initialize DeepSeekV4TokenToKVPool with max_num_reqs=(?P<max_num_reqs>\d+)")
-# 0.5.23: "Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, avail mem=.."
+# Pinned release: "Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, avail mem=.."
 # (kinds: target/draft x decode/verify/prefill). Older: "Capture cuda graph begin. This can take ...".
 CUDA_GRAPH_BEGIN_RE = re.compile(r"Capture (?:(?P<kind>[a-z]+(?: [a-z]+)?) )?cuda graph begin", re.IGNORECASE)
-# 0.5.23 decode: "Capture target decode CUDA graph end. bs=[1, 2, 4], elapsed=12.31 s, mem usage=..";
-# 0.5.23 prefill: "Capture target prefill CUDA graph end. elapsed=.."; older: "... end. Time elapsed: ..".
+# Pinned release, decode: "Capture target decode CUDA graph end. bs=[1, 2, 4], elapsed=12.31 s, mem usage=..";
+# Pinned release, prefill: "Capture target prefill CUDA graph end. elapsed=..";
+# older: "... end. Time elapsed: ..".
 CUDA_GRAPH_END_RE = re.compile(
     r"Capture (?:(?P<kind>[a-z]+(?: [a-z]+)?) )?cuda graph end\."
     r"(?: bs=(?P<batch_sizes>\[[^\]]*\]),)? (?:Time elapsed: |elapsed=)" + _f("elapsed_s") + r" ?s"
@@ -128,7 +129,7 @@ KV_BUDGET_NO_MEMORY_RE = re.compile(
 SCHEDULER_EXCEPTION_RE = re.compile(r"Scheduler hit an exception:")
 # Releases before 0.5.20: "Rank 0 scheduler is dead. Please check if there are relevant logs."
 SCHEDULER_DEAD_RE = re.compile(r"Rank (?P<rank>\d+) scheduler is dead")
-# 0.5.23 engine.py: "Rank 0 scheduler died during initialization (exit code: 255). ..."
+# The pinned release's engine.py: "Rank 0 scheduler died during initialization (exit code: 255). ..."
 SCHEDULER_DIED_RE = re.compile(
     r"Rank (?P<rank>\d+) scheduler died during initialization \(exit code: (?P<exit_code>-?\d+|None)\)"
 )

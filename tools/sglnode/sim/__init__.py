@@ -1,4 +1,4 @@
-"""`sglnode sim`: a TEST DOUBLE of the SGLang 0.5.23 server. It runs no model and needs no GPU.
+"""`sglnode sim`: a TEST DOUBLE of the pinned SGLang server. It runs no model and needs no GPU.
 
 It accepts SGLang's launch flags, prints SGLang's startup lines (memory figures from
 `sglnode.planning.planner`), speaks SGLang's HTTP API with paced, meaningless tokens, and fails the way

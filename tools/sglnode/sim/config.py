@@ -10,14 +10,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglnode.pins import PINS
 from sglnode.topology.model import Server, Speculative
 
-SGLANG_VERSION = "0.5.23"
-DEFAULT_GPU = "rtx-pro-6000-blackwell"
+SGLANG_VERSION = PINS.sglang
+DEFAULT_GPU = PINS.gpu.preset
 DEFAULT_MODEL = "deepseek-v4-flash-fp4"
-DEFAULT_PORT = 30000  # server_args.py default
+DEFAULT_PORT = PINS.ports.sglang  # server_args.py default
 DEFAULT_HOST = "127.0.0.1"  # server_args.py default
-DEFAULT_BOOTSTRAP_PORT = 8998  # server_args.py default for --disaggregation-bootstrap-port
+DEFAULT_BOOTSTRAP_PORT = PINS.ports.bootstrap  # server_args.py default for --disaggregation-bootstrap-port
 DEFAULT_STARTUP_S = 3.0
 DEFAULT_SLOW_STREAM_FACTOR = 10.0
 

@@ -313,7 +313,7 @@ class SimEngine:
         )
 
     def _log_prefill(self, request: GenRequest) -> None:
-        # SGLang 0.5.23 metrics_reporter.py: the head from its template, then the graph/throughput tail.
+        # The pinned SGLang's metrics_reporter.py: the head from its template, then the graph/throughput tail.
         self.log.info(
             loglines.PREFILL_BATCH.render(
                 iter_msg="",

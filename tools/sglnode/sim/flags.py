@@ -1,6 +1,6 @@
 """SGLang's launch-flag parser, rebuilt from the flag list the topology validator owns.
 
-The accepted flags are data (topology/sglang_flags.yaml, dumped from sglang 0.5.23's own
+The accepted flags are data (topology/sglang_flags.yaml, dumped from the pinned sglang's own
 argparse parser), so the simulator accepts exactly what the rendered compose/units pass and
 rejects the rest the way SGLang's argparse does (exit 2, "unrecognized arguments").
 """
@@ -41,7 +41,7 @@ def load_flag_table(path: Path = FLAGS_FILE) -> dict[str, Any]:
 
 
 def build_sglang_parser(table: dict[str, Any] | None = None, epilog: str = "") -> argparse.ArgumentParser:
-    """An argparse parser that accepts SGLang 0.5.23's flags (values kept as strings)."""
+    """An argparse parser that accepts the pinned SGLang's flags (values kept as strings)."""
     table = table or load_flag_table()
     parser = argparse.ArgumentParser(
         prog=SGLANG_PROG,

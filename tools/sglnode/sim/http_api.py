@@ -1,6 +1,6 @@
 """SGLang's HTTP API on aiohttp: native /generate, OpenAI /v1/*, info, health, metrics, PD bootstrap.
 
-Response shapes follow SGLang 0.5.23's entrypoints/http_server.py and entrypoints/openai/*;
+Response shapes follow the pinned SGLang's entrypoints/http_server.py and entrypoints/openai/*;
 every JSON body the shape allows carries `"simulated": true`.
 """
 
@@ -401,7 +401,7 @@ async def get_load(request: web.Request) -> web.Response:
 
 
 async def flush_cache(request: web.Request) -> web.Response:
-    # SGLang 0.5.23 entrypoints/http_server.py flush_cache: 200 when the scheduler was idle, else 400.
+    # The pinned SGLang's entrypoints/http_server.py flush_cache: 200 when the scheduler was idle, else 400.
     if _engine(request).flush_cache():
         return web.Response(
             text="Cache flushed.\nPlease check backend logs for more details. "

@@ -178,7 +178,7 @@ async def _listen(app: web.Application, host: str, port: int, runners: list[web.
         await site.start()
     except OSError as exc:
         # asyncio words it as uvicorn prints it: "[Errno 98] error while attempting to bind on address
-        # ('0.0.0.0', 30000): address already in use".
+        # ('0.0.0.0', <port>): address already in use".
         raise BindError(str(exc)) from exc
     return site
 

@@ -1,6 +1,6 @@
 """Prometheus text for /metrics, with SGLang's metric names and labels (all values simulated).
 
-Names and label keys follow SGLang 0.5.23's python/sglang/srt/observability/metrics_collector.py
+Names and label keys follow the pinned SGLang's python/sglang/srt/observability/metrics_collector.py
 (SchedulerMetricsCollector: sglang:num_running_reqs, sglang:num_used_tokens, sglang:token_usage,
 sglang:gen_throughput, sglang:num_queue_reqs, sglang:cache_hit_rate, sglang:max_total_num_tokens;
 TokenizerMetricsCollector: sglang:prompt_tokens_total, sglang:generation_tokens_total,

@@ -1,10 +1,10 @@
 """SGLang's startup sequence, replayed from the planner's memory model, and SGLang's ways of dying.
 
 Every line and every fatal message here is rendered from the upstream catalogue: the format
-strings and error messages of the pinned SGLang 0.5.23, extracted from its wheel with their file,
+strings and error messages of the pinned SGLang, extracted from its wheel with their file,
 line and function (sglnode/upstream/sglang-strings.yaml). Traceback frames name those same files
 and functions. So `sglnode wait` / `sglnode diagnose` read the simulator exactly as they would read
-SGLang 0.5.23, and a test against the simulator means something. The numbers are the planner's
+the pinned SGLang, and a test against the simulator means something. The numbers are the planner's
 (simulated), never measurements.
 """
 

@@ -39,7 +39,7 @@ PORT_MAX = 65535
 # Names become compose service names, file names and systemd unit names.
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 # Tree-drafting algorithms need steps, top-k and draft-token count; these also need a draft model,
-# except on architectures whose checkpoint carries MTP layers: SGLang 0.5.23's EAGLE handler then
+# except on architectures whose checkpoint carries MTP layers: the pinned SGLang's EAGLE handler then
 # drafts with the target path itself (srt/arg_groups/speculative_hook.py, _handle_eagle_family).
 TREE_SPECULATIVE = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 NEEDS_DRAFT_MODEL = ("EAGLE", "EAGLE3", "STANDALONE")
@@ -324,7 +324,7 @@ def _check_ports(topology: Topology) -> Iterator[Problem]:
             if not PORT_MIN <= port <= PORT_MAX:
                 yield Problem(user, f"port {port} is outside {PORT_MIN}-{PORT_MAX}")
         if len(users) > 1:
-            # Name the first owner in every other owner's message; defaults (30000, 8998) count too.
+            # Name the first owner in every other owner's message; the default ports count too.
             for user in users[1:]:
                 yield Problem(user, f"port {port} on node {node} is also used by {users[0]}")
 
@@ -372,7 +372,7 @@ def _pd_setting(server: Server, name: str) -> Any:
 
 
 # What prefill and decode must agree on: KV pages move as raw bytes, so both sides need one layout
-# (SGLang 0.5.23 srt/disaggregation/utils.py:263 kv_layout_signature: "the same byte sizes under
+# (the pinned SGLang's srt/disaggregation/utils.py:263 kv_layout_signature: "the same byte sizes under
 # another dtype or page layout ... hold other bytes"; it only skips its checksum, it does not refuse),
 # and an EAGLE-family prefill sends the draft's hidden states along (srt/disaggregation/prefill.py:943).
 PD_AGREEMENT = {

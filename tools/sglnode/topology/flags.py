@@ -1,4 +1,4 @@
-"""The SGLang 0.5.23 launch flags (sglang_flags.yaml) and the router's choices, as a lookup."""
+"""The the pinned SGLang launch flags (sglang_flags.yaml) and the router's choices, as a lookup."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from sglnode.topology.safeyaml import load_yaml_file
 FLAGS_FILE = Path(__file__).resolve().parent / "sglang_flags.yaml"
 NCCL_FILE = Path(__file__).resolve().parent / "nccl.yaml"
 
-# `python -m sglang_router.launch_router --help` of sglang-router 0.3.2 (--policy choices).
+# `python -m sglang_router.launch_router --help` of the pinned sglang-router (--policy choices).
 ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")
 
 

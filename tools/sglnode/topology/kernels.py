@@ -2,7 +2,7 @@
 
 Each server's choices (attention backend, or the one SGLang picks on sm_120 for its model; MoE runner,
 quantization, FP8/FP4 GEMM backends, speculative algorithm, KV transfer backend) are looked up in
-kernels.yaml (what SGLang 0.5.23 loads for each, with sources) and checked against the image's kernel
+kernels.yaml (what the pinned SGLang loads for each, with sources) and checked against the image's kernel
 audit (/opt/sglnode/kernel-audit.json, written by images/sglang/kernel_audit.py at build time; a copy
 of the last build's ships here as kernel-audit.json). A choice whose kernels carry no sm_120 SASS or
 PTX, that the image lacks, or that SGLang itself refuses on sm_120 is a problem, named with the
@@ -164,7 +164,7 @@ def _choices(topology: Topology, server: Server) -> list[tuple[str, str, bool]]:
 
 
 def _auto_attention_backend(topology: Topology) -> str | None:
-    """What SGLang 0.5.23 picks on sm_120 for the model (recorded per preset, checked by the oracle)."""
+    """What the pinned SGLang picks on sm_120 for the model (recorded per preset, checked by the oracle)."""
     if not topology.model.preset:
         return None
     try:

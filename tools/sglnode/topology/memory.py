@@ -1,6 +1,6 @@
 """Memory preflight: plan each server with SGLang's own budget rule; refuse those that cannot run.
 
-The planner ports SGLang 0.5.23's arithmetic (sglnode.planning); the memory free before loading
+The planner ports the pinned SGLang's arithmetic (sglnode.planning); the memory free before loading
 and the weights per GPU are estimates. A server it refuses would fail at load, at KV-pool sizing
 or at graph capture on the node, after minutes of weight loading. Fractions above SGLang's own
 default that still fit are reported as risks, not refused.

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sglnode.pins import PINS
 from sglnode.topology.problem import Problem
 from sglnode.topology.safeyaml import MAX_TOPOLOGY_BYTES, InputFileError, load_yaml_file
 from sglnode.topology.schema import (
@@ -26,18 +27,18 @@ from sglnode.topology.schema import (
     validate_partial,
 )
 
-# SGLang 0.5.23 defaults (sglang/srt/arg_groups/fields/serving.py `port = 30000`,
-# fields/disagg.py `disaggregation_bootstrap_port = 8998`); the router also listens on 30000 and
-# exports Prometheus on 29000 by default (`python -m sglang_router.launch_router --help`, 0.3.2).
-SGLANG_DEFAULT_PORT = 30000
-SGLANG_DEFAULT_BOOTSTRAP_PORT = 8998
-ROUTER_DEFAULT_PORT = 30000
-ROUTER_DEFAULT_PROMETHEUS_PORT = 29000
+# The pinned SGLang's defaults (sglang/srt/arg_groups/fields/serving.py `port`, fields/disagg.py
+# `disaggregation_bootstrap_port`) and the pinned router's (`python -m sglang_router.launch_router
+# --help`: its port and Prometheus port), from tools/sglnode/pins.yaml.
+SGLANG_DEFAULT_PORT = PINS.ports.sglang
+SGLANG_DEFAULT_BOOTSTRAP_PORT = PINS.ports.bootstrap
+ROUTER_DEFAULT_PORT = PINS.ports.router
+ROUTER_DEFAULT_PROMETHEUS_PORT = PINS.ports.router_prometheus
 ROUTER_DEFAULT_POLICY = "cache_aware"
 # Port torch.distributed rendezvous uses for --dist-init-addr when a server spans nodes (any free port).
 DEFAULT_DIST_INIT_PORT = 20000
-# The node this repo targets has 8 GPUs (8x RTX PRO 6000 Blackwell).
-DEFAULT_NODE_GPUS = 8
+# GPUs on the node this repo targets.
+DEFAULT_NODE_GPUS = PINS.gpu.count
 LOCAL_NODE = "local"
 ROLES = ("regular", "prefill", "decode")
 NETWORK_MODES = ("bridge", "host")

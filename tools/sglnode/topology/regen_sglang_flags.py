@@ -1,13 +1,17 @@
 """Regenerate sglang_flags.yaml from SGLang's own argparse parser (maintainer tool, not run by tests).
 
-    pip download sglang==0.5.23 --no-deps -d /tmp/sgl && cd /tmp/sgl && python -m zipfile -e sglang-*.whl x
+    pip download sglang=="$(python3 tools/sglnode/pins.py get sglang)" --no-deps -d /tmp/sgl
+    cd /tmp/sgl && python -m zipfile -e sglang-*.whl x
     python -m venv /tmp/sglvenv && /tmp/sglvenv/bin/pip install msgspec pyyaml packaging
     /tmp/sglvenv/bin/python tools/sglnode/topology/regen_sglang_flags.py /tmp/sgl/x > sglang_flags.yaml
 
 Importing sglang.srt.server_args needs torch, transformers and CUDA; none of that shapes the parser,
 so every third-party import except msgspec/yaml/packaging is replaced by an inert stub, then
 ServerArgs.add_cli_args() builds the real parser and every option it registered is written out.
-The `removed` section is kept by hand (flags older releases had, with the 0.5.23 replacement).
+The `removed` section is kept by hand (flags older releases had, with the pinned release's replacement).
+
+Env: SGLNODE_TORCH_VERSION (the stub torch's __version__; default the pinned torch of
+tools/sglnode/pins.yaml, read when this file is in a checkout; tests in the image pass it).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import argparse
 import importlib.abc
 import importlib.machinery
 import json
+import os
+import re
 import sys
 import types
 from pathlib import Path
@@ -25,7 +31,20 @@ from typing import Any
 import yaml
 
 REAL_PACKAGES = {"sglang", "msgspec", "yaml", "packaging"}
-STUB_VERSION = "2.14.1"  # torch pinned by SGLang 0.5.23; some modules parse torch.__version__
+PINS_FILE = Path(__file__).resolve().parents[1] / "pins.yaml"
+
+
+def _stub_version() -> str:
+    """The pinned torch (the pinned SGLang's): some modules parse torch.__version__."""
+    if os.environ.get("SGLNODE_TORCH_VERSION"):
+        return os.environ["SGLNODE_TORCH_VERSION"]
+    if PINS_FILE.is_file():
+        found = re.search(r'^torch:\s*"?([^"\s#]+)', PINS_FILE.read_text(encoding="utf-8"), re.MULTILINE)
+        if found:
+            return found.group(1)
+    raise SystemExit("set SGLNODE_TORCH_VERSION (the pinned torch: tools/sglnode/pins.yaml)")
+
+
 HEADER = Path(__file__).resolve().parent / "sglang_flags.yaml"
 KEEP_SECTIONS = ("sglang_version", "speculative_algorithms", "defaults", "removed")
 LINE_MAX = 150  # .yamllint allows 160
@@ -124,7 +143,7 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module = _StubModule(spec.name)
         module.__path__ = []
         module.__spec__ = spec
-        module.__version__ = STUB_VERSION  # type: ignore[attr-defined]
+        module.__version__ = _stub_version()  # type: ignore[attr-defined]
         module.__all__ = []  # type: ignore[attr-defined]
         return module
 

@@ -16,15 +16,15 @@ from typing import Any
 
 import yaml
 
-from sglnode import __version__
+from sglnode.pins import PINS
 from sglnode.topology.flags import load_nccl_defaults, normalize_flag
 from sglnode.topology.model import Server, Topology
 
-# Images: SGLang from the sglang_image role (name:version tuple, roles/sglang_image/vars/main.yml),
-# the router from images/router (sglang-router 0.3.2 on PyPI), the simulator from images/sim.
-DEFAULT_SGLANG_IMAGE = "sglang-sm120:0.5.23-cu130-torch2.14.1"
-DEFAULT_ROUTER_IMAGE = "sglnode/router:0.3.2"
-DEFAULT_SIM_IMAGE = f"sglnode/sim:{__version__}"
+# Images (tools/sglnode/pins.yaml): SGLang from the sglang_image role (name:version tuple), the router
+# from images/router (the pinned sglang-router on PyPI), the simulator from images/sim.
+DEFAULT_SGLANG_IMAGE = PINS.sglang_image
+DEFAULT_ROUTER_IMAGE = PINS.router_image
+DEFAULT_SIM_IMAGE = PINS.sim_image
 DEFAULT_DOCKER_BIN = "/usr/bin/docker"
 # Safe default: loopback. Anything wider must come from the inventory (node_bind_address).
 DEFAULT_BIND_ADDRESS = "127.0.0.1"
@@ -85,7 +85,7 @@ class RenderOptions:
     router_image: str = DEFAULT_ROUTER_IMAGE
     sim_image: str = DEFAULT_SIM_IMAGE
     docker_bin: str = DEFAULT_DOCKER_BIN
-    gpu_preset: str = "rtx-pro-6000-blackwell"
+    gpu_preset: str = PINS.gpu.preset
     moe_config_dir: str = ""  # host path of a tuned MoE config cache root; "" = the wheel's configs
 
     def __post_init__(self) -> None:
@@ -344,7 +344,7 @@ def _worker_url(topology: Topology, server: Server, opts: RenderOptions) -> str:
 
 
 def router_command(topology: Topology, opts: RenderOptions) -> list[str]:
-    """The argv of the real sglang-router (0.3.2): PD mode for PD topologies, worker URLs otherwise."""
+    """The argv of the real (pinned) sglang-router: PD mode for PD topologies, worker URLs otherwise."""
     router = topology.router
     listen = _listen_address(topology, opts)
     argv = ["python3", "-m", "sglang_router.launch_router", "--host", listen, "--port", str(router.port)]

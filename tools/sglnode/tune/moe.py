@@ -1,4 +1,4 @@
-"""Which fused-MoE Triton kernel configs SGLang 0.5.23 ships for this node's GPU, per model and TP/EP.
+"""Which fused-MoE Triton kernel configs the pinned SGLang ships for this node's GPU, per model and TP/EP.
 
 The shapes come from the model presets (their config.json) with SGLang's own rules:
   E = n_routed_experts / ep, plus the fused shared expert where SGLang fuses it (DeepSeek-V3/R1:
@@ -30,10 +30,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from sglnode.pins import PINS
 from sglnode.planning.presets import MODELS_DIR, PresetError, load_gpu, load_hf_config, load_model_preset
 from sglnode.topology.render import DEFAULT_SGLANG_IMAGE
 
-DEFAULT_GPU = "rtx-pro-6000-blackwell"
+DEFAULT_GPU = PINS.gpu.preset
 
 
 def device_name_of(gpu: str = DEFAULT_GPU) -> str:
@@ -184,7 +185,15 @@ def run_probe(
             f"SGLANG_MOE_CONFIG_DIR={CONFIG_MOUNT}",
         ]
     argv += [image, "python3", f"{INIMAGE_MOUNT}/moe_probe.py"]
-    request = json.dumps({"device_name": device_name, "cases": cases})
+    gpu = PINS.gpu  # the node's GPU, as the probe's stand-in device when the machine has none
+    request = json.dumps(
+        {
+            "device_name": device_name,
+            "capability": gpu.compute_capability,
+            "memory_mib": gpu.memory_mib,
+            "cases": cases,
+        }
+    )
     try:
         result = subprocess.run(
             argv, input=request, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False

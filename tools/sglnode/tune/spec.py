@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sglnode.pins import PINS
+
 # Candidate topology names are `tune-<sweep>-<8 hex>`: the validator's name rule allows 63 characters.
 SWEEP_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -145,7 +147,7 @@ class SweepSpec(_Strict):
     description: str = ""
     base: str
     runtime: Literal["real", "sim"] = "real"
-    gpu: str = "rtx-pro-6000-blackwell"
+    gpu: str = PINS.gpu.preset
     bind_address: str = "127.0.0.1"
     # one-at-a-time: the base, then each axis value alone on the base; grid: every combination.
     strategy: Literal["one-at-a-time", "grid"] = "one-at-a-time"

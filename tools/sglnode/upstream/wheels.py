@@ -25,7 +25,7 @@ CACHE_ENV = "SGLNODE_UPSTREAM_CACHE"
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_CACHE = REPO_ROOT / ".cache" / "upstream"
 PIP_TIMEOUT_S = 600
-# sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl -> python tag, abi tag, platform tags
+# sglang-0.5.22-cp311-cp311-manylinux_2_34_x86_64.whl -> python tag, abi tag, platform tags
 WHEEL_NAME_RE = re.compile(
     r"^(?P<name>[^-]+)-(?P<version>[^-]+)-(?P<python>[^-]+)-(?P<abi>[^-]+)-(?P<platform>[^-]+)\.whl$"
 )

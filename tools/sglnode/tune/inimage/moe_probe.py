@@ -27,28 +27,27 @@ import torch
 import triton
 
 LOOKUP_MODULE = "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config"
-# RTX PRO 6000 Blackwell (sm_120): compute capability and shared memory per block opt-in (99 KiB),
-# as torch.cuda reports them on the node.
-SM120_CAPABILITY = (12, 0)
+# The node's GPU (sm_120): shared memory per block opt-in (99 KiB), as torch.cuda reports it there.
+# Its name, compute capability and memory come with the request (tools/sglnode/pins.yaml's preset).
 SM120_SMEM_OPTIN = 101376
 
 
-def patch_device(name: str) -> None:
+def patch_device(name: str, capability: tuple[int, int], memory_mib: int) -> None:
     if torch.cuda.is_available():
         return  # a real GPU answers for itself
     props = SimpleNamespace(
         name=name,
-        major=SM120_CAPABILITY[0],
-        minor=SM120_CAPABILITY[1],
+        major=capability[0],
+        minor=capability[1],
         shared_memory_per_block_optin=SM120_SMEM_OPTIN,
         multi_processor_count=188,
-        total_memory=97887 << 20,
+        total_memory=memory_mib << 20,
     )
     torch.cuda.is_available = lambda: True
     torch.cuda.device_count = lambda: 1
     torch.cuda.current_device = lambda: 0
     torch.cuda.get_device_name = lambda device=None: name
-    torch.cuda.get_device_capability = lambda device=None: SM120_CAPABILITY
+    torch.cuda.get_device_capability = lambda device=None: capability
     torch.cuda.get_device_properties = lambda device=None: props
 
 
@@ -93,7 +92,8 @@ def main() -> int:
     request = json.load(sys.stdin)
     device_name = request.get("device_name")
     if device_name:
-        patch_device(device_name)
+        major, minor = (int(part) for part in request["capability"].split("."))
+        patch_device(device_name, (major, minor), int(request["memory_mib"]))
 
     import sglang  # noqa: PLC0415
     from sglang.srt.layers.moe.moe_runner.triton_utils import (  # noqa: PLC0415
