@@ -2,11 +2,19 @@
 # Run `molecule test` for every scenario under molecule/ (create, converge, idempotence,
 # testinfra verify, destroy), each with its own timing line. All scenarios run even when one
 # fails, so a single run shows every failure; the exit code is non-zero if any failed.
+#
+# MOLECULE_JOBS (default 2) scenarios run at once: each has its own container (sglnode-<scenario>)
+# and its own log, and most of a scenario's time is waiting on apt, systemd and docker, so two lanes
+# finish well before one on a 2-core CI machine. MOLECULE_SCENARIOS="a b" runs only those.
 set -uo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo_root"
 stage="$repo_root/tools/setup/stage.sh"
-failed=()
+jobs="${MOLECULE_JOBS:-2}"
+if ! [[ "$jobs" =~ ^[1-9][0-9]*$ ]]; then
+  echo "molecule-all: MOLECULE_JOBS must be a positive integer, got '$jobs'" >&2
+  exit 2
+fi
 scenarios=()
 for config in molecule/*/molecule.yml; do
   scenarios+=("$(basename "$(dirname "$config")")")
@@ -15,21 +23,48 @@ if [ "${#scenarios[@]}" -eq 0 ]; then
   echo "molecule-all: no scenario found under molecule/" >&2
   exit 1
 fi
-for scenario in ${MOLECULE_SCENARIOS:-${scenarios[@]}}; do
-  log="$repo_root/.cache/molecule-$scenario.log"
-  mkdir -p "$repo_root/.cache"
+read -r -a selected <<<"${MOLECULE_SCENARIOS:-${scenarios[*]}}"
+mkdir -p "$repo_root/.cache"
+
+# One scenario: its log, then its result file (ok|failed), read after every lane is done.
+run_one() {
+  local scenario="$1" log="$repo_root/.cache/molecule-$1.log"
   if "$stage" "molecule $scenario" molecule test -s "$scenario" >"$log" 2>&1; then
-    grep -E '^\[timing\]' "$log"
+    echo ok >"$log.result"
+  else
+    echo failed >"$log.result"
+  fi
+}
+
+# Lanes: scenario i goes to lane i mod jobs; each lane runs its scenarios one after another.
+lane_pids=()
+for ((lane = 0; lane < jobs; lane++)); do
+  (
+    for ((i = lane; i < ${#selected[@]}; i += jobs)); do
+      run_one "${selected[$i]}"
+    done
+  ) &
+  lane_pids+=("$!")
+done
+# Ctrl-C / SIGTERM: stop every lane (molecule's own children with them) and keep the logs.
+trap 'kill -TERM "${lane_pids[@]}" 2>/dev/null; wait; echo "molecule-all: interrupted; logs in .cache/molecule-*.log" >&2; exit 130' INT TERM
+wait "${lane_pids[@]}"
+
+failed=()
+for scenario in "${selected[@]}"; do
+  log="$repo_root/.cache/molecule-$scenario.log"
+  grep -E '^\[timing\]' "$log"
+  if [ "$(cat "$log.result" 2>/dev/null)" = ok ]; then
     grep -E '[0-9]+ passed' "$log" | tail -1
   else
-    grep -E '^\[timing\]' "$log"
     echo "---- last 80 lines of $log ----"
     tail -80 "$log"
     failed+=("$scenario")
   fi
+  rm -f "$log.result"
 done
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "molecule scenarios FAILED: ${failed[*]}"
   exit 1
 fi
-echo "molecule: ${#scenarios[@]} scenarios passed"
+echo "molecule: ${#selected[@]} scenarios passed"
