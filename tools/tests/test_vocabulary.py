@@ -133,3 +133,15 @@ def test_nccl_info_lines_are_narration_not_errors():
     assert VOCABULARY.is_error_line(
         "node:1234:1290 [0] NCCL WARN socketProgress: Connection closed by remote peer"
     )
+
+
+def test_a_warning_whose_message_is_on_the_next_line_is_read_with_it():
+    # torch/cuda/__init__.py warns "UserWarning:" and prints the capability message on the next line.
+    lines = numbered(
+        [
+            "/usr/lib/python3/dist-packages/torch/cuda/__init__.py:283: UserWarning:",
+            "    Found GPU0 NVIDIA GB10 which is of cuda capability 12.1.",
+            "[2026-01-01 00:00:01] Received sigquit from a child process. It usually means the child failed.",
+        ]
+    )
+    assert _vocabulary_only(lines).cause == "arch_unsupported"

@@ -282,6 +282,7 @@ class Diagnoser:
         self.vocabulary: Vocabulary = load_vocabulary()
         self._error_lines: deque[LogLine] = deque(maxlen=MAX_ERROR_LINES)
         self._after_frame = False
+        self._error_opened = False  # the last error line ended in ":", its message follows
         self.tracker = tracker if tracker is not None else ProgressTracker(started_at=0.0)
         self.hits: list[Hit] = []
         self.hit_counts: dict[str, int] = {}
@@ -351,9 +352,17 @@ class Diagnoser:
             self._meaningful.append(line)
             # Frames and the source line under each frame quote code ("timeout=timeout"), not errors.
             is_frame = FRAME_RE.search(line.text) is not None
-            if not is_frame and not self._after_frame and self.vocabulary.is_error_line(line.text):
+            opened = self._error_opened
+            self._error_opened = False
+            if (
+                not is_frame
+                and not self._after_frame
+                and (opened or self.vocabulary.is_error_line(line.text))
+            ):
                 self._error_lines.append(line)
                 self._error_order.append(self._fed)
+                # "UserWarning:" / "RuntimeError:" alone on a line: the message is on the next one.
+                self._error_opened = line.text.rstrip().endswith(":") and not opened
         self._after_frame = FRAME_RE.search(line.text) is not None
         self._recent.append(line)
         return new_hits
