@@ -145,3 +145,16 @@ def test_a_warning_whose_message_is_on_the_next_line_is_read_with_it():
         ]
     )
     assert _vocabulary_only(lines).cause == "arch_unsupported"
+
+
+def test_an_exception_right_under_a_frame_without_source_is_an_error_line():
+    # A frame with no source line to quote (<stdin>, a compiled module): the exception follows it.
+    lines = numbered(
+        [
+            "Traceback (most recent call last):",
+            '  File "<stdin>", line 1, in <module>',
+            "RuntimeError: CUDA error: CUBLAS_STATUS_ARCH_MISMATCH when calling cublasLtMatmul",
+            "[2026-01-01 00:00:01] Received sigquit from a child process. It usually means the child failed.",
+        ]
+    )
+    assert _vocabulary_only(lines).cause == "arch_unsupported"

@@ -95,6 +95,12 @@ def is_oom_narration(text: str) -> bool:
     return any(pattern.search(text) for pattern in OOM_NARRATION_RES)
 
 
+# An exception line right under a frame (a frame with no source line to show: <stdin>, a compiled
+# module) is the error itself, not quoted code: "RuntimeError: ...", "torch.AcceleratorError: ...",
+# after any log prefix ("... [core.py:1] ValueError: ..."); quoted code is indented or starts otherwise.
+EXCEPTION_LINE_RE = re.compile(r"(?:^|\]\s)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::|$)")
+
+
 # The first line a fresh server process prints (launch_server logs its arguments): after a crash it
 # starts a new lifetime, and a crash-looping unit's log is diagnosed on its last one.
 SERVER_START_MARKER = "server_args="
@@ -354,11 +360,8 @@ class Diagnoser:
             is_frame = FRAME_RE.search(line.text) is not None
             opened = self._error_opened
             self._error_opened = False
-            if (
-                not is_frame
-                and not self._after_frame
-                and (opened or self.vocabulary.is_error_line(line.text))
-            ):
+            quoted = self._after_frame and EXCEPTION_LINE_RE.search(line.text) is None
+            if not is_frame and not quoted and (opened or self.vocabulary.is_error_line(line.text)):
                 self._error_lines.append(line)
                 self._error_order.append(self._fed)
                 # "UserWarning:" / "RuntimeError:" alone on a line: the message is on the next one.
