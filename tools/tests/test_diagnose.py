@@ -324,3 +324,37 @@ def test_unknown_says_what_the_log_shows_not_always_a_kill(lines, opening):
     assert diagnosis.cause == "unknown"
     assert opening in diagnosis.notes[0]
     assert sum("killed without" in note for note in diagnosis.notes) == (opening == "the server was killed")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "(EngineCore pid=1) INFO 01-01 12:00:00 [gpu_model_runner.py:1] CUDA graphs can take additional "
+        "memory. If you are running out of memory, consider decreasing `gpu_memory_utilization`",
+        "WARNING 01-01 12:00:00 [scheduler.py:1] Lowering max_num_seqs to avoid CUDA out of memory",
+        "[2026-01-01 00:00:00 TP0] Note: a larger --cuda-graph-max-bs may cause CUDA out of memory errors",
+        "I1203 12:00:00.000 allocator.cc:10] GPU memory: not enough device memory is reported as OOM here",
+    ],
+)
+def test_a_line_that_narrates_or_advises_about_memory_is_no_oom_evidence(line):
+    lines = numbered(
+        [
+            line,
+            "[2026-01-01 00:00:01] Received sigquit from a child process. It usually means the child failed.",
+        ]
+    )
+    assert diagnose_lines(lines).cause != "oom"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. If reserved but "
+        "unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to "
+        "avoid fragmentation.",
+        "RuntimeError: Error when trying to allocate: CUDA out of memory",
+        "(EngineCore pid=1) ERROR 01-01 12:00:00 [core.py:1] torch.OutOfMemoryError: CUDA out of memory.",
+    ],
+)
+def test_an_error_that_reports_an_oom_is_still_one(line):
+    assert diagnose_lines(numbered([line])).cause == "oom"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from sglnode.diagnosis.diagnose import diagnose_lines, numbered
+from sglnode.diagnosis.diagnose import Diagnoser, diagnose_lines, numbered
 from sglnode.diagnosis.rulebook import LogLineLike, RuleError, load_vocabulary, parse_vocabulary
 
 VOCABULARY = load_vocabulary()
@@ -81,3 +81,80 @@ def test_a_server_that_came_up_and_stayed_up_is_not_diagnosed_from_routine_lines
         ]
     )
     assert diagnose_lines(lines).cause == "unknown"
+
+
+def test_errors_after_the_server_came_up_still_name_their_family():
+    # A PD transfer fails per request while /health stays 200: no kill line, the server stays up.
+    lines = numbered(
+        [
+            "[2026-11-29 09:00:22] The server is fired up and ready to roll!",
+            "E0423 16:34:48.930759 217301 tcp_transport.cpp:393] TcpTransport: ASIO exception: connect: "
+            "Connection refused",
+        ]
+    )
+    assert _vocabulary_only(lines).cause == "kv_transfer"
+
+
+def _vocabulary_only(lines):
+    diagnoser = Diagnoser(rules=())
+    diagnoser.feed_all(lines)
+    return diagnoser.result()
+
+
+def test_errors_the_server_survived_before_it_came_up_are_not_a_diagnosis():
+    lines = numbered(
+        [
+            "E0423 16:34:48.930759 217301 tcp_transport.cpp:393] TcpTransport: ASIO exception: connect: "
+            "Connection refused",
+            "[2026-11-29 09:00:22] The server is fired up and ready to roll!",
+        ]
+    )
+    assert _vocabulary_only(lines).cause == "unknown"
+
+
+def test_a_line_speaks_for_its_most_specific_family_only():
+    # torch's NCCL watchdog line says "timeout" too: it is an NCCL line, not also a watchdog one.
+    lines = [
+        LogLineLike(
+            "[rank4]:[E304 12:54:52.122900428 ProcessGroupNCCL.cpp:616] [Rank 4] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=151721, OpType=_ALLGATHER_BASE) ran for 600049 milliseconds"
+        ),
+        LogLineLike("RuntimeError: Timed out after 300 s waiting for the scheduler to respond"),
+        LogLineLike("[E304 12:54:52] Timeout at NCCL work: 151721, last enqueued NCCL work: 151721"),
+    ]
+    found = VOCABULARY.classify(lines)
+    assert found is not None and found[0].cause == "nccl"
+
+
+def test_nccl_info_lines_are_narration_not_errors():
+    assert not VOCABULARY.is_error_line(
+        "node:4280:5850 [5] NCCL INFO NVLS multicast support is not available on dev 5"
+    )
+    assert VOCABULARY.is_error_line(
+        "node:1234:1290 [0] NCCL WARN socketProgress: Connection closed by remote peer"
+    )
+
+
+def test_a_warning_whose_message_is_on_the_next_line_is_read_with_it():
+    # torch/cuda/__init__.py warns "UserWarning:" and prints the capability message on the next line.
+    lines = numbered(
+        [
+            "/usr/lib/python3/dist-packages/torch/cuda/__init__.py:283: UserWarning:",
+            "    Found GPU0 NVIDIA GB10 which is of cuda capability 12.1.",
+            "[2026-01-01 00:00:01] Received sigquit from a child process. It usually means the child failed.",
+        ]
+    )
+    assert _vocabulary_only(lines).cause == "arch_unsupported"
+
+
+def test_an_exception_right_under_a_frame_without_source_is_an_error_line():
+    # A frame with no source line to quote (<stdin>, a compiled module): the exception follows it.
+    lines = numbered(
+        [
+            "Traceback (most recent call last):",
+            '  File "<stdin>", line 1, in <module>',
+            "RuntimeError: CUDA error: CUBLAS_STATUS_ARCH_MISMATCH when calling cublasLtMatmul",
+            "[2026-01-01 00:00:01] Received sigquit from a child process. It usually means the child failed.",
+        ]
+    )
+    assert _vocabulary_only(lines).cause == "arch_unsupported"

@@ -66,6 +66,41 @@ TERMINAL_RES: tuple[re.Pattern[str], ...] = (
     loglines.SCHEDULER_DIED_RE,
 )
 
+# An OOM verdict needs OOM wording in an error, not in a line that narrates or advises: an
+# INFO/DEBUG-level log line (vLLM's "If you are running out of memory, consider ...", a KV-cache
+# allocation note, glog's I-lines) or advice text ("to avoid running out of memory") is never the
+# evidence of an OOM, whatever it says about memory.
+OOM_NARRATION_RES: tuple[re.Pattern[str], ...] = (
+    re.compile(r"(?:^|[\s\[(|])(?:INFO|DEBUG)(?:[\s:\]|]|$)"),
+    re.compile(r"^I\d{4} \d"),
+    re.compile(
+        r"\b(?:if|in case)\b[^.;]{0,30}\b(?:run(?:s|ning)? out of memory|OOMs?\b|hit(?:s|ting)? (?:an )?OOM)",
+        re.IGNORECASE,
+    ),
+    re.compile(
+        r"\b(?:to avoid|avoid(?:s|ing)?|prevent(?:s|ing)?|reduce the risk of)\b"
+        r"[^.;]{0,30}\b(?:out of memory|OOMs?)\b",
+        re.IGNORECASE,
+    ),
+    re.compile(
+        r"\b(?:may|might|could|can|would|will)\s+(?:\w+\s+){0,2}(?:cause|lead to|result in|trigger|run)\s+"
+        r"(?:\w+\s+){0,2}(?:out of memory|OOMs?)\b",
+        re.IGNORECASE,
+    ),
+)
+
+
+def is_oom_narration(text: str) -> bool:
+    """A line that talks about memory without reporting a failed allocation."""
+    return any(pattern.search(text) for pattern in OOM_NARRATION_RES)
+
+
+# An exception line right under a frame (a frame with no source line to show: <stdin>, a compiled
+# module) is the error itself, not quoted code: "RuntimeError: ...", "torch.AcceleratorError: ...",
+# after any log prefix ("... [core.py:1] ValueError: ..."); quoted code is indented or starts otherwise.
+EXCEPTION_LINE_RE = re.compile(r"(?:^|\]\s)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::|$)")
+
+
 # The first line a fresh server process prints (launch_server logs its arguments): after a crash it
 # starts a new lifetime, and a crash-looping unit's log is diagnosed on its last one.
 SERVER_START_MARKER = "server_args="
@@ -253,6 +288,7 @@ class Diagnoser:
         self.vocabulary: Vocabulary = load_vocabulary()
         self._error_lines: deque[LogLine] = deque(maxlen=MAX_ERROR_LINES)
         self._after_frame = False
+        self._error_opened = False  # the last error line ended in ":", its message follows
         self.tracker = tracker if tracker is not None else ProgressTracker(started_at=0.0)
         self.hits: list[Hit] = []
         self.hit_counts: dict[str, int] = {}
@@ -264,6 +300,10 @@ class Diagnoser:
         self._markers: dict[int | None, tuple[str, LogLine]] = {}
         self._collecting: list[tuple[Hit, int]] = []
         self._fed = 0
+        # Where the server became ready (feed order): errors after it still count (a PD transfer or a
+        # collective can fail per request while the server stays up), errors before it were survived.
+        self._ready_at: int | None = None
+        self._error_order: deque[int] = deque(maxlen=MAX_ERROR_LINES)
         self.earlier_crashes: list[str] = []  # cause of each earlier server lifetime that went down
         self.earlier_lifetimes = 0
 
@@ -280,13 +320,20 @@ class Diagnoser:
             return []
         if self.tracker.feed(timestamp, line.line_no, line.text) is not None:
             self._last_milestone = line
+            if self.tracker.ready and self._ready_at is None:
+                self._ready_at = self._fed
         rank = loglines.tp_rank(line.text)
         stage = self.phase_evidence.marker_stage(line.text)
         if stage is not None:
             self._markers[rank] = (stage, line)
         new_hits = []
+        narration: bool | None = None
         for rule in self.rules:
             if rule.matches(line.text):
+                if rule.cause == "oom":
+                    narration = is_oom_narration(line.text) if narration is None else narration
+                    if narration:
+                        continue
                 count = self.hit_counts.get(rule.id, 0)
                 self.hit_counts[rule.id] = count + 1
                 if count >= MAX_HITS_PER_RULE:
@@ -311,8 +358,14 @@ class Diagnoser:
             self._meaningful.append(line)
             # Frames and the source line under each frame quote code ("timeout=timeout"), not errors.
             is_frame = FRAME_RE.search(line.text) is not None
-            if not is_frame and not self._after_frame and self.vocabulary.is_error_line(line.text):
+            opened = self._error_opened
+            self._error_opened = False
+            quoted = self._after_frame and EXCEPTION_LINE_RE.search(line.text) is None
+            if not is_frame and not quoted and (opened or self.vocabulary.is_error_line(line.text)):
                 self._error_lines.append(line)
+                self._error_order.append(self._fed)
+                # "UserWarning:" / "RuntimeError:" alone on a line: the message is on the next one.
+                self._error_opened = line.text.rstrip().endswith(":") and not opened
         self._after_frame = FRAME_RE.search(line.text) is not None
         self._recent.append(line)
         return new_hits
@@ -331,6 +384,8 @@ class Diagnoser:
         self._last_milestone = None
         self._meaningful.clear()
         self._error_lines.clear()
+        self._error_order.clear()
+        self._ready_at = None
         self._recent.clear()
         self.tracker.restart()
 
@@ -449,9 +504,14 @@ class Diagnoser:
 
     def _vocabulary_match(self, stage: str, gpu_memory: list[dict[str, int]] | None) -> Diagnosis | None:
         """No signature matched: the family whose own words the error lines use, if any (never OOM)."""
-        if self.tracker.ready and not self.terminal_lines:
-            return None  # a server that came up and never went down: nothing to diagnose
         error_lines = list(self._error_lines)
+        if self.tracker.ready and not self.terminal_lines:
+            # A server that came up and never went down: only errors after it came up say anything
+            # (a PD KV transfer or a collective failing per request while /health stays 200).
+            ready_at = self._ready_at or 0
+            error_lines = [
+                line for line, order in zip(error_lines, self._error_order, strict=True) if order > ready_at
+            ]
         if self.vocabulary.fault(error_lines) is not None:
             return None
         found = self.vocabulary.classify(error_lines)

@@ -321,10 +321,21 @@ class Vocabulary:
         return self.error_line.search(line) is not None and self.benign.search(line) is None
 
     def classify(self, error_lines: list[Any]) -> tuple[VocabularyFamily, list[Any]] | None:
-        """The family whose words most error lines use (ties: precedence), with those lines."""
+        """The family whose words most error lines use (ties: precedence), with those lines.
+
+        A line speaks for one family only, the most specific one (precedence order) whose words it
+        uses: NCCL's "Watchdog caught collective operation timeout" is an NCCL line, not also a
+        watchdog one, and a Mooncake transfer error that says "timed out" is a KV-transfer line.
+        """
+        by_family: dict[str, list[Any]] = {}
+        for line in error_lines:
+            for family in self.families:
+                if family.words.search(line.text):
+                    by_family.setdefault(family.cause, []).append(line)
+                    break
         best: tuple[VocabularyFamily, list[Any]] | None = None
         for family in self.families:
-            lines = [line for line in error_lines if family.words.search(line.text)]
+            lines = by_family.get(family.cause, [])
             if lines and (best is None or len(lines) > len(best[1])):
                 best = (family, lines)
         return best
@@ -337,7 +348,10 @@ FRAME_RE = re.compile(r'File "[^"]+", line \d+')
 
 def parse_vocabulary(data: dict[str, Any]) -> Vocabulary:
     try:
-        error_line = re.compile(str(data["error_line"]).strip(), re.IGNORECASE)
+        raw_error_line = data["error_line"]
+        if isinstance(raw_error_line, list):  # alternatives, one a line
+            raw_error_line = "|".join(f"(?:{alternative})" for alternative in raw_error_line)
+        error_line = re.compile(str(raw_error_line).strip(), re.IGNORECASE)
     except (KeyError, re.error) as exc:
         raise RuleError(f"vocabulary.yaml: error_line: {exc}") from exc
     families = []
