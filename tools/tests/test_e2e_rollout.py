@@ -6,7 +6,6 @@ Every figure here is the simulator's; the assertions are about wiring and honest
 """
 
 import json
-import socket
 import subprocess
 import sys
 import uuid
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from docker_available import free_ports, image_present
 
 from sglnode.topology import RenderOptions, check_topology, read_topology_file, render
 
@@ -24,31 +24,14 @@ VALIDATE_TIMEOUT_S = 300
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
-def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-def _image_present(ref):
-    return (
-        subprocess.run(["docker", "image", "inspect", ref], capture_output=True, check=False).returncode == 0
-    )
-
-
 @pytest.fixture
 def pd_stack(tmp_path):
     options = RenderOptions(runtime="sim")
-    missing = [ref for ref in (options.sim_image, options.router_image) if not _image_present(ref)]
+    missing = [ref for ref in (options.sim_image, options.router_image) if not image_present(ref)]
     if missing:
         pytest.skip(f"images not built: {missing} (make setup builds them)")
     data = read_topology_file(REPO / "inventory" / "topologies" / "pd-1p1d.yml")
-    prefill, bootstrap, decode, router, prometheus = _free_ports(5)
+    prefill, bootstrap, decode, router, prometheus = free_ports(5)
     data["name"] = f"e2e-{uuid.uuid4().hex[:8]}"
     data["servers"][0].update(port=prefill, bootstrap_port=bootstrap)
     data["servers"][1]["port"] = decode

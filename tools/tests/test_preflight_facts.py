@@ -76,3 +76,38 @@ def test_secure_boot_reads_the_efi_variable(facts_module, tmp_path, payload, exp
 
 def test_secure_boot_is_unknown_without_efi(facts_module, tmp_path):
     assert facts_module.secure_boot(str(tmp_path)) is None
+
+
+TOPO_2SOCKET = (FIXTURES / "topo-m-8gpu-2socket.txt").read_text()
+
+
+def test_gpu_paths_read_only_the_gpu_columns_of_topo_m(facts_module):
+    paths = facts_module.gpu_paths(TOPO_2SOCKET)
+    assert sorted(paths) == [f"GPU{i}" for i in range(8)]
+    assert paths["GPU0"]["GPU1"] == "NODE" and paths["GPU0"]["GPU4"] == "SYS" and paths["GPU5"]["GPU5"] == "X"
+    assert all(len(row) == 8 for row in paths.values())  # NIC and affinity columns left out
+
+
+@pytest.mark.parametrize(
+    ("worst", "safe", "level"),
+    [
+        ("SYS", True, "SYS"),
+        ("NODE", True, "PHB"),
+        ("PXB", True, "PXB"),
+        ("NV4", True, "NVL"),
+        ("SYS", False, ""),
+    ],
+)
+def test_p2p_level_admits_every_pair_only_when_p2p_is_safe(facts_module, worst, safe, level):
+    topo = f"\tGPU0\tGPU1\nGPU0\t X \t{worst}\nGPU1\t{worst}\t X \n"
+    assert facts_module.p2p_level(facts_module.gpu_paths(topo), safe) == level
+
+
+def test_an_unreadable_or_unknown_matrix_leaves_the_level_to_nccl(facts_module):
+    assert facts_module.gpu_paths("") is None
+    assert facts_module.gpu_paths("no gpus here\n") is None
+    assert (
+        facts_module.p2p_level(facts_module.gpu_paths("\tGPU0\tGPU1\nGPU0\t X \tC2C\nGPU1\tC2C\t X \n"), True)
+        == ""
+    )
+    assert facts_module.p2p_level(facts_module.gpu_paths(TOPO_2SOCKET), True) == "SYS"

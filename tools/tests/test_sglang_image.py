@@ -30,6 +30,7 @@ NO_GPU_ENV = "LD_LIBRARY_PATH=/opt/sglnode/no-gpu"  # the documented env for imp
 
 pytestmark = [
     pytest.mark.docker,
+    pytest.mark.sglang_image,
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("docker") is None, reason="docker CLI not found"),
 ]

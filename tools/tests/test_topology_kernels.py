@@ -189,3 +189,19 @@ def test_every_source_and_refusal_in_the_map_is_in_the_pinned_wheel():
                     # The message's opening words as SGLang writes them (f-strings may split the rest).
                     opening = " ".join(refused["message"].split()[:5])
                     assert opening in text, (field, choice, opening)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"\x00\xff binary",
+        b"[1, 2]",
+        b'{"packages": {}, "target_sm": "120"}',
+        b'{"target_sm": 120, "packages": []}',
+    ],
+)
+def test_a_file_that_is_not_a_kernel_audit_is_refused_with_a_message(tmp_path, content):
+    path = tmp_path / "audit.json"
+    path.write_bytes(content)
+    done = _sglnode("topology", "check", str(TOPOLOGIES / "tp8.yml"), "--kernel-audit", str(path))
+    assert done.returncode == 2 and "kernel audit" in done.stderr and "Traceback" not in done.stderr

@@ -4,12 +4,12 @@ KV-cache allocation as SGLang 0.5.23 does; both torn down, nothing left behind, 
 
 import io
 import json
-import socket
 import subprocess
 import uuid
 
 import pytest
 import yaml
+from docker_available import free_ports, image_present
 from tune_helpers import DEMO
 
 from sglnode.topology.render import RenderOptions
@@ -18,30 +18,13 @@ from sglnode.tune.campaign import run_campaign
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
-def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-def _image_present(ref):
-    return (
-        subprocess.run(["docker", "image", "inspect", ref], capture_output=True, check=False).returncode == 0
-    )
-
-
 def test_tiny_sweep_on_the_simulated_node(tmp_path):
     options = RenderOptions(runtime="sim")
-    missing = [ref for ref in (options.sim_image, options.router_image) if not _image_present(ref)]
+    missing = [ref for ref in (options.sim_image, options.router_image) if not image_present(ref)]
     if missing:
         pytest.skip(f"images not built: {missing} (make setup builds them)")
     topology = yaml.safe_load((DEMO / "tp4.yml").read_text())
-    server, router, prometheus = _free_ports(3)
+    server, router, prometheus = free_ports(3)
     topology["servers"][0]["port"] = server
     topology["router"].update(port=router, prometheus_port=prometheus)
     (tmp_path / "tp4.yml").write_text(yaml.safe_dump(topology))

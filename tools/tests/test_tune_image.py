@@ -7,27 +7,21 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from docker_available import built_sglang_image
 
 from sglnode.tune import moe
 from sglnode.tune.nccl import load_measurements, score_variants
 
 REPO = Path(__file__).resolve().parents[2]
-TAG_FILE = REPO / ".cache" / "sglang-image.tag"
 DEVICE = "NVIDIA_RTX_PRO_6000_Blackwell_Server_Edition"
 RUN_TIMEOUT_S = 600
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+pytestmark = [pytest.mark.docker, pytest.mark.sglang_image, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def image() -> str:
-    if not TAG_FILE.is_file():
-        pytest.skip("no sglang image built here: run `make image` (make test builds it first)")
-    tag = TAG_FILE.read_text(encoding="utf-8").strip()
-    found = subprocess.run(["docker", "image", "inspect", tag], capture_output=True, check=False, timeout=60)
-    if found.returncode != 0:
-        pytest.skip(f"{tag} is not in the local Docker engine: run `make image`")
-    return tag
+    return built_sglang_image()
 
 
 def _shared_dir(path: Path) -> Path:

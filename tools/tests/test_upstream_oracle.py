@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from docker_available import built_sglang_image
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools" / "oracle"))
 import matrix  # noqa: E402  (tools/oracle is not a package: it runs inside the image)
 
-TAG_FILE = REPO / ".cache" / "sglang-image.tag"
 ORACLE_DIR = REPO / "tools" / "oracle"
 MODELS_DIR = REPO / "tools" / "sglnode" / "planning" / "models" / "hf"
 FLAGS_SCRIPT = REPO / "tools" / "sglnode" / "topology" / "regen_sglang_flags.py"
@@ -29,18 +29,12 @@ SNAPSHOT = Path(__file__).parent / "fixtures" / "oracle" / "sglang-0.5.23-memory
 NO_GPU_LIBS = "/opt/sglnode/no-gpu"
 RUN_TIMEOUT_S = 600
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.sglang_image]
 
 
 @pytest.fixture(scope="module")
 def image() -> str:
-    if not TAG_FILE.is_file():
-        pytest.skip("no sglang image built here: run `make image` (make test builds it first)")
-    tag = TAG_FILE.read_text(encoding="utf-8").strip()
-    found = subprocess.run(["docker", "image", "inspect", tag], capture_output=True, check=False, timeout=60)
-    if found.returncode != 0:
-        pytest.skip(f"{tag} (from {TAG_FILE}) is not in the local Docker engine: run `make image`")
-    return tag
+    return built_sglang_image()
 
 
 def run_in_image(

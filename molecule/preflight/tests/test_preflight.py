@@ -38,3 +38,5 @@ def test_p2p_verdict_and_iommu_mode_are_recorded(host):
     facts = _facts(host)
     assert isinstance(facts["p2p_safe"], bool)
     assert facts["iommu_mode"] in {"off", "passthrough", "translated"}
+    # No nvidia-smi in the test container: no PCIe path matrix, and the P2P level is left to NCCL.
+    assert facts["gpu_paths"] is None and facts["p2p_level"] == ""

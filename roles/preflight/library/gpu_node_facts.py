@@ -15,6 +15,8 @@ description:
   - Lists NVIDIA GPUs (PCI vendor 0x10de, display/3D class) from sysfs with their IOMMU group type.
   - Parses C(lspci -vvv) for bridges with PCIe ACS redirection enabled, which breaks GPU peer-to-peer.
   - Queries C(nvidia-smi) for names, compute capability and driver version when it is installed.
+  - Reads the GPU-to-GPU PCIe paths (C(nvidia-smi topo -m)) and derives the NCCL_P2P_LEVEL that lets
+    NCCL use peer-to-peer on every pair, when P2P is safe (no ACS redirect, no translating IOMMU).
 options:
   sysfs_root:
     description: Root of sysfs, for tests.
@@ -49,6 +51,11 @@ SECURE_BOOT_EFIVAR = "firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00
 # IOMMU group types that translate DMA addresses (P2P traffic then goes through the root complex).
 TRANSLATING_IOMMU_TYPES = ("DMA", "DMA-FQ")
 NVIDIA_SMI_QUERY = "name,compute_cap,driver_version,memory.total,pci.bus_id"
+# nvidia-smi topo -m path kinds, nearest first, and the NCCL_P2P_LEVEL value that admits each
+# (NCCL's levels LOC < NVL < PIX < PXB < PHB < SYS; nvidia-smi's NODE crosses host bridges inside
+# one NUMA node, which NCCL classes as PHB). docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html
+TOPO_LEVELS = {"X": "LOC", "NV": "NVL", "PIX": "PIX", "PXB": "PXB", "PHB": "PHB", "NODE": "PHB", "SYS": "SYS"}
+NCCL_LEVEL_ORDER = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
 
 
 def _read(path: str) -> str | None:
@@ -112,6 +119,50 @@ def nvidia_smi(module: AnsibleModule) -> list[dict] | None:
     return rows
 
 
+def gpu_paths(topo_m: str) -> dict[str, dict[str, str]] | None:
+    """GPU-to-GPU path kinds from `nvidia-smi topo -m` (GPU columns only; NIC and affinity columns
+    are ignored), or None when the matrix cannot be read."""
+    lines = [line for line in topo_m.splitlines() if line.strip()]
+    if not lines:
+        return None
+    header = lines[0].split()
+    columns = [name for name in header if re.fullmatch(r"GPU\d+", name)]
+    if not columns:
+        return None
+    paths: dict[str, dict[str, str]] = {}
+    for line in lines[1:]:
+        cells = line.split()
+        if not cells or not re.fullmatch(r"GPU\d+", cells[0]):
+            continue
+        values = cells[1 : 1 + len(columns)]
+        if len(values) < len(columns):
+            return None
+        kinds = [re.sub(r"^NV\d+$", "NV", value) for value in values]
+        paths[cells[0]] = dict(zip(columns, kinds, strict=True))
+    return paths or None
+
+
+def p2p_level(paths: dict[str, dict[str, str]] | None, p2p_safe: bool) -> str:
+    """The NCCL_P2P_LEVEL admitting every GPU pair's path; "" (NCCL's own choice) when unknown or unsafe."""
+    if not paths or not p2p_safe:
+        return ""
+    levels = []
+    for row in paths.values():
+        for value in row.values():
+            if value not in TOPO_LEVELS:
+                return ""  # a kind this table does not know: leave the decision to NCCL
+            levels.append(TOPO_LEVELS[value])
+    return max(levels, key=NCCL_LEVEL_ORDER.index)
+
+
+def nvidia_smi_topo(module: AnsibleModule) -> str | None:
+    binary = shutil.which("nvidia-smi")
+    if not binary:
+        return None
+    rc, out, _ = module.run_command([binary, "topo", "-m"])
+    return out if rc == 0 else None
+
+
 def secure_boot(sysfs_root: str) -> bool | None:
     path = os.path.join(sysfs_root, SECURE_BOOT_EFIVAR)
     try:
@@ -144,6 +195,9 @@ def gather(module: AnsibleModule, sysfs_root: str, proc_root: str) -> dict:
         bridges = acs_bridges(out) if rc == 0 else None
     smi = nvidia_smi(module)
     mode = iommu_mode(sysfs_root, cmdline, gpus)
+    topo = nvidia_smi_topo(module)
+    paths = gpu_paths(topo) if topo else None
+    safe = not bridges and mode != "translated"
     return {
         "pci_gpus": gpus,
         "pci_gpu_count": len(gpus),
@@ -157,7 +211,9 @@ def gather(module: AnsibleModule, sysfs_root: str, proc_root: str) -> dict:
         "acs_bridges": bridges,
         "lspci_available": bool(lspci),
         # P2P is unsafe when a bridge redirects peer traffic or the IOMMU translates GPU DMA.
-        "p2p_safe": not bridges and mode != "translated",
+        "p2p_safe": safe,
+        "gpu_paths": paths,
+        "p2p_level": p2p_level(paths, safe),
         "secure_boot": secure_boot(sysfs_root),
     }
 

@@ -33,16 +33,23 @@ from sglnode.deploy.state import (
 from sglnode.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 
+def _with_state_dir(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help="default: %(default)s")
+    return parser
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    status = subparsers.add_parser("status", help="what is deployed, the last known-good state, the history")
-    status.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    status = _with_state_dir(
+        subparsers.add_parser("status", help="what is deployed, the last known-good state, the history")
+    )
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=run_status)
 
     state = subparsers.add_parser("state", help="record deployment attempts (used by the playbooks)")
     actions = state.add_subparsers(dest="state_command", metavar="ACTION", required=True)
-    begin = actions.add_parser("begin", help="record the start of a change; prints the attempt")
-    begin.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    begin = _with_state_dir(
+        actions.add_parser("begin", help="record the start of a change; prints the attempt")
+    )
     begin.add_argument("--action", choices=ACTIONS, required=True)
     begin.add_argument("--topology", type=Path, required=True, help="the topology file being deployed")
     begin.add_argument("--topology-name", required=True)
@@ -58,8 +65,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     begin.add_argument("--note", default="")
     begin.set_defaults(func=run_begin)
 
-    finish = actions.add_parser("finish", help="record how a change ended")
-    finish.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    finish = _with_state_dir(actions.add_parser("finish", help="record how a change ended"))
     finish.add_argument("--attempt", type=int, required=True)
     finish.add_argument("--outcome", choices=[o for o in OUTCOMES if o != "running"], required=True)
     finish.add_argument("--diagnosis", type=Path, help="JSON of `sglnode wait --json` or `diagnose --json`")
@@ -76,8 +82,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     finish.add_argument("--validate-report", type=Path, help="report.json of `sglnode validate`")
     finish.set_defaults(func=run_finish)
 
-    target = actions.add_parser("target", help="the deployment a rollback restores, as JSON")
-    target.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    target = _with_state_dir(actions.add_parser("target", help="the deployment a rollback restores, as JSON"))
     which = target.add_mutually_exclusive_group()
     which.add_argument("--known-good", action="store_true", help="the last known-good deployment (default)")
     which.add_argument("--index", type=int, help="N-th known-good deployment, newest first (0 = last)")

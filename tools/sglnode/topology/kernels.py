@@ -36,7 +36,10 @@ FIELD_SOURCES: dict[str, tuple[str, ...]] = {
     "speculative_algorithm": ("speculative_algorithm",),
     "transfer_backend": ("transfer_backend",),
 }
-RUNS = ("sass", "ptx-jit")  # the audit's per-file verdicts that run on the target GPU
+RUNS = ("sass", "ptx-jit")
+MAX_AUDIT_BYTES = (
+    16 * 1024 * 1024
+)  # the real one is ~30 KB  # the audit's per-file verdicts that run on the target GPU
 
 
 def _canonical(name: str) -> str:
@@ -110,16 +113,24 @@ def default_audit_path() -> Path:
 
 
 def load_audit(path: Path | None = None) -> KernelAudit:
-    where = path or default_audit_path()
+    where = Path(path or default_audit_path())
     try:
-        data = json.loads(Path(where).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        if where.stat().st_size > MAX_AUDIT_BYTES:
+            raise KernelAuditError(f"{where} is larger than {MAX_AUDIT_BYTES} bytes: not a kernel audit")
+        data = json.loads(where.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # a missing file, not UTF-8, not JSON
         raise KernelAuditError(f"cannot read the kernel audit {where}: {exc}") from exc
-    if not isinstance(data, dict) or "packages" not in data or "target_sm" not in data:
-        raise KernelAuditError(f"{where} is not a kernel audit (no packages / target_sm)")
+    sections = ("packages", "jit_packages", "toolchains", "distributions")
+    if (
+        not isinstance(data, dict)
+        or type(data.get("target_sm")) is not int
+        or not all(isinstance(data.get(name, {}), dict) for name in sections)
+        or "packages" not in data
+    ):
+        raise KernelAuditError(f"{where} is not a kernel audit (kernel_audit.py's JSON, schema 1)")
     return KernelAudit(
         source=str(where),
-        target_sm=int(data["target_sm"]),
+        target_sm=data["target_sm"],
         packages=data["packages"],
         jit_packages=data.get("jit_packages") or {},
         toolchains=data.get("toolchains") or {},
