@@ -282,7 +282,7 @@ def render_status(state: NodeState, store: StateStore) -> str:
     lines = [
         f"current:    {describe(state.current, store)}",
         f"known good: {describe(state.known_good, store, copy_path=False)}",
-        "rollback targets (playbooks/rollback.yml -e rollback_index=N, newest first):",
+        "rollback targets (playbooks/rollback.yml -e sglang_release_rollback_index=N, newest first):",
     ]
     targets = state.known_good_states()
     if not targets:
