@@ -128,6 +128,17 @@ def _tail(run: subprocess.CompletedProcess[str]) -> str:
     return run.stdout[-4000:] + run.stderr[-2000:]
 
 
+def _changed_tasks(stdout: str) -> list[str]:
+    """The TASK headers of a playbook run's output under which something changed."""
+    changed, task = [], ""
+    for line in stdout.splitlines():
+        if line.startswith("TASK ["):
+            task = line.rstrip(" *")
+        elif line.startswith("changed:") and task not in changed:
+            changed.append(task)
+    return changed
+
+
 def _report(step: str, attempt: dict) -> None:
     print(
         f"[{step}] attempt #{attempt['id']} {attempt['action']} -> {attempt['target']['topology_name']}: "
@@ -186,7 +197,9 @@ def test_c_a_first_deployment_becomes_the_known_good_one(node):
 
     again = node.playbook("playbooks/serve.yml", "a")
     assert again.returncode == 0, _tail(again)
-    assert " changed=0 " in again.stdout, "a second converge with nothing to change changed something"
+    assert " changed=0 " in again.stdout, (
+        f"a second converge with nothing to change changed something: {_changed_tasks(again.stdout)}"
+    )
     assert len(node.status()["history"]) == 1  # nothing new recorded
 
 
