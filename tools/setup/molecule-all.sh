@@ -32,4 +32,5 @@ if [ "${#failed[@]}" -gt 0 ]; then
   echo "molecule scenarios FAILED: ${failed[*]}"
   exit 1
 fi
-echo "molecule: ${#scenarios[@]} scenarios passed"
+ran=(${MOLECULE_SCENARIOS:-${scenarios[@]}})
+echo "molecule: ${#ran[@]} scenarios passed"
