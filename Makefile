@@ -23,7 +23,8 @@ setup:
 
 demo: setup
 	@$(STAGE) "demo: site.yml on the simulated node" ansible-playbook -i inventory/sim site.yml
-	@bash tools/demo/summary.sh
+	@$(STAGE) "demo: a switch, then an automatic rollback" bash tools/demo/switch.sh
+	@bash tools/demo/summary.sh tp4x2
 
 demo-oom: setup
 	@$(STAGE) "demo-oom: a topology that does not fit" bash tools/demo/oom.sh

@@ -117,6 +117,9 @@ def wait_for_router(topology: Topology, settings: RolloutSettings) -> dict[str, 
         "exit_code": result.exit_code,
         "result": result.to_json(),
         "pd": is_pd,
+        # Wall-clock time the router answered ready (epoch seconds): where a switch's downtime ends
+        # (`sglnode state finish --down-since`).
+        "ready_at": round(time.time(), 3) if result.exit_code == EXIT_OK else None,
     }
 
 

@@ -44,6 +44,7 @@ ALLOWED_FILES: tuple[tuple[str, str], ...] = (
     ("tools/tests/fixtures/logs/*", "verbatim: SGLang logs"),
     ("tools/tests/fixtures/tune/*", "verbatim: a sweep's recorded output"),
     ("molecule/shared/*", "test fixture: the fixture apt repo's package versions"),
+    ("molecule/driver_upgrade/*", "test fixture: moves between the fixture repo's driver versions"),
 )
 # A pin in a file where the same number states another fact. (path, pins key, reason)
 ALLOWED_VALUES: tuple[tuple[str, str, str], ...] = (

@@ -19,7 +19,7 @@ mkdir -p "$REPO_DIR"
 # make_pkg NAME VERSION DEPENDS [FILES_DIR]: one stand-in .deb, optionally with a payload tree.
 make_pkg() {
   name="$1" version="$2" depends="$3" payload="${4:-}"
-  root="$WORK_DIR/$name"
+  root="$WORK_DIR/pkg-$name-$version"
   mkdir -p "$root/DEBIAN"
   if [ -n "$payload" ]; then cp -a "$payload/." "$root/"; fi
   {
@@ -69,7 +69,6 @@ if [ "$1" = configure ]; then
 fi
 EOF
 chmod 0755 "$P/DEBIAN/postinst"
-make_pkg nvidia-kernel-open-dkms "$DRIVER_VERSION" "" "$P"
 # The running kernel's headers, as the OS archive names them (linux-headers-$(uname -r)).
 KERNEL="$(uname -r)"
 P="$WORK_DIR/payload-headers"; mkdir -p "$P/usr/src/linux-headers-$KERNEL"
@@ -102,32 +101,65 @@ echo "$mode" > /run/fixture-nvidia/persistence-mode
 exec sleep infinity
 EOF
 chmod 0755 "$P/usr/bin/nvidia-persistenced"
-make_pkg nvidia-persistenced "$DRIVER_VERSION" "" "$P"
-# nvidia-smi stand-in: answers the --query-gpu the roles ask for as 8 RTX PRO 6000 Blackwell GPUs would;
-# persistence mode is what the stand-in nvidia-persistenced was started with (Disabled until then).
-P="$WORK_DIR/payload-driver-cuda"; mkdir -p "$P/usr/bin"
-cat > "$P/usr/bin/nvidia-smi" <<'EOF'
+# nvidia-driver-cuda of one driver version: nvidia-smi, and the GPU checks a driver upgrade runs
+# (playbooks/driver-upgrade.yml) as stand-ins. nvidia-smi answers the --query-gpu the roles ask for as
+# 8 RTX PRO 6000 Blackwell GPUs would; persistence mode is what the stand-in nvidia-persistenced was
+# started with (Disabled until then). A BROKEN version (second argument "broken") is one whose module
+# does not talk to the GPUs: nvidia-smi and the checks fail as NVIDIA's do then.
+driver_cuda_payload() {
+  version="$1" broken="$2" P="$WORK_DIR/payload-driver-cuda-$1"
+  mkdir -p "$P/usr/bin"
+  cat > "$P/usr/bin/nvidia-smi" <<EOF
 #!/usr/bin/python3
-"""TEST FIXTURE stand-in for nvidia-smi: --query-gpu=FIELDS --format=csv,noheader for 8 fake GPUs."""
+"""TEST FIXTURE stand-in for nvidia-smi ($version): --query-gpu=FIELDS --format=csv,noheader for 8 fake GPUs."""
 import sys
+if "$broken" == "broken":
+    print("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+          "Make sure that the latest NVIDIA driver is installed and running. (TEST FIXTURE: broken $version)")
+    sys.exit(9)
 try:
     persistence = open("/run/fixture-nvidia/persistence-mode").read().strip()
 except OSError:
     persistence = "Disabled"
 values = {"name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "compute_cap": "12.0",
-          "persistence_mode": persistence}
+          "persistence_mode": persistence, "driver_version": "${version%-*}"}
 query = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--query-gpu=")]
 if len(query) != 1 or "--format=csv,noheader" not in sys.argv:
     sys.exit("stand-in nvidia-smi: only --query-gpu=FIELDS --format=csv,noheader, got %r" % sys.argv[1:])
 for _ in range(8):
     print(", ".join(values[field] for field in query[0].split(",")))
 EOF
-chmod 0755 "$P/usr/bin/nvidia-smi"
-make_pkg nvidia-driver-cuda "$DRIVER_VERSION" "" "$P"
-make_pkg nvidia-open "$DRIVER_VERSION" \
-  "nvidia-kernel-open-dkms (= $DRIVER_VERSION), nvidia-persistenced (= $DRIVER_VERSION), nvidia-driver-cuda (= $DRIVER_VERSION)"
-# A newer branch in the same repo: the role's pin must keep apt on 580 anyway.
-make_pkg nvidia-open "590.44.01-1" ""
+  # Stand-ins for the sm_120 kernel probe and the serving image's smoke test on the GPUs.
+  for check in sm120-probe image-smoke; do
+    cat > "$P/usr/bin/fixture-$check" <<EOF
+#!/bin/sh
+# TEST FIXTURE stand-in for the $check of a driver upgrade (driver $version); logs each call.
+echo "driver $version: \$*" >> /var/log/fixture-$check.log
+if [ "$broken" = broken ]; then
+  echo "CUDA error: no CUDA-capable device is detected (TEST FIXTURE: driver $version is broken)" >&2
+  exit 1
+fi
+echo "$check passed on 8 GPUs at sm_120 (TEST FIXTURE stand-in, driver $version)"
+EOF
+  done
+  chmod 0755 "$P/usr/bin/"*
+  echo "$P"
+}
+
+# driver_set VERSION [broken]: the four packages of one driver version, nvidia-open depending on the rest.
+driver_set() {
+  make_pkg nvidia-kernel-open-dkms "$1" "" "$WORK_DIR/payload-dkms"
+  make_pkg nvidia-persistenced "$1" "" "$WORK_DIR/payload-persistenced"
+  make_pkg nvidia-driver-cuda "$1" "" "$(driver_cuda_payload "$1" "${2:-}")"
+  make_pkg nvidia-open "$1" \
+    "nvidia-kernel-open-dkms (= $1), nvidia-persistenced (= $1), nvidia-driver-cuda (= $1)"
+}
+driver_set "$DRIVER_VERSION"
+# A newer branch in the same repo: the role's pin must keep apt on 580 anyway; a driver upgrade moves to it.
+driver_set "590.44.01-1"
+# A newer version that installs but does not work: a driver upgrade to it fails its verification and
+# must put the previous held version back.
+driver_set "595.12.01-1" broken
 
 P="$WORK_DIR/payload-cuda"; mkdir -p "$P/usr/local/cuda-13.0/bin"
 echo "$LABEL" > "$P/usr/local/cuda-13.0/FIXTURE-README"

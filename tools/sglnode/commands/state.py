@@ -1,9 +1,14 @@
 """`sglnode status` and `sglnode state begin|finish|target`: the node's deployment record.
 
-`status` prints what runs now, the last known-good deployment and the history of attempts (`--json`
-for machines). The playbooks record every change: `state begin` before a switch, upgrade or rollback
-(it keeps a copy of the topology file), `state finish` with the outcome, the diagnosis of a failed
-start and the measured downtime, and `state target` names what a rollback restores.
+`status` prints what runs now, the last known-good deployment, the rollback targets and the history of
+attempts (`--json` for machines). The playbooks record every change: `state begin` before a switch,
+upgrade or rollback (it keeps a copy of the topology file), `state finish` with the outcome, the
+diagnosis of a failed start and the measured downtime (seconds without a ready router: from
+`--down-since`, when the old router stopped serving, to the router's readiness in `--validate-report`),
+and `state target` names what a rollback restores.
+
+The state commands need nothing beyond Python's standard library: `python3 -m sglnode.commands.state
+status|state ...` runs them where the full CLI's dependencies are not installed.
 Exit codes: 0 done, 1 the transition is not allowed (e.g. an attempt still running), 64 usage.
 """
 
@@ -50,6 +55,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     begin.add_argument("--topology-name", required=True)
     begin.add_argument("--image", required=True, help="SGLang image reference")
     begin.add_argument("--image-id", default="")
+    begin.add_argument("--router-image", default="", help="sglang-router image reference")
+    begin.add_argument(
+        "--sim-image", default="", help="simulated node only: the simulator image serving instead"
+    )
+    begin.add_argument("--sim-image-id", default="")
     begin.add_argument("--driver", default="", help="NVIDIA driver version")
     begin.add_argument("--cuda", default="", help="CUDA version")
     begin.add_argument("--note", default="")
@@ -59,7 +69,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     finish.add_argument("--attempt", type=int, required=True)
     finish.add_argument("--outcome", choices=[o for o in OUTCOMES if o != "running"], required=True)
     finish.add_argument("--diagnosis", type=Path, help="JSON of `sglnode wait --json` or `diagnose --json`")
-    finish.add_argument("--downtime", type=float, help="seconds without a ready router")
+    finish.add_argument("--cause", help="cause of a failure no report diagnoses (e.g. image_smoke_failed)")
+    finish.add_argument("--detail", default="", help="one line on that cause")
+    downtime = finish.add_mutually_exclusive_group()
+    downtime.add_argument("--downtime", type=float, help="seconds without a ready router")
+    downtime.add_argument(
+        "--down-since",
+        type=float,
+        help="epoch seconds when the old router stopped serving; the downtime ends at the router's "
+        "readiness in --validate-report",
+    )
     finish.add_argument("--validate-report", type=Path, help="report.json of `sglnode validate`")
     finish.set_defaults(func=run_finish)
 
@@ -99,6 +118,9 @@ def run_begin(args: argparse.Namespace) -> int:
         topology_sha256=sha,
         image_ref=args.image,
         image_id=args.image_id,
+        router_image=args.router_image,
+        sim_image=args.sim_image,
+        sim_image_id=args.sim_image_id,
         driver_version=args.driver,
         cuda_version=args.cuda,
     )
@@ -110,18 +132,53 @@ def run_begin(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+DIAGNOSIS_KEYS = ("cause", "phase", "rule_id", "fix", "confidence")
+
+
+def _rollout_diagnosis(report: dict[str, Any]) -> dict[str, Any]:
+    """Why a rollout check failed: the first failed server's diagnosis, else what its wait or the
+    benchmark said (a timeout has no log line to diagnose; a missed target is no crash)."""
+    waits = [w for w in report.get("waits") or [] if isinstance(w, dict)]
+    for wait in waits:
+        result = wait.get("result") or {}
+        if wait.get("exit_code") not in (0, None) or result.get("diagnosis"):
+            found = dict(result.get("diagnosis") or {})
+            if not found:
+                found = {"cause": f"not_ready:{result.get('outcome', 'exit ' + str(wait.get('exit_code')))}"}
+            found["server"] = wait.get("server")
+            return found
+    if report.get("interrupted"):
+        return {"cause": f"interrupted:{report['interrupted']}"}
+    if report.get("exit_code") not in (0, None):
+        missed = "bench_targets_missed" if report.get("bench") else f"validate_exit_{report['exit_code']}"
+        return {"cause": missed}
+    return {}
+
+
 def _diagnosis(path: Path | None) -> dict[str, Any] | None:
     """The diagnosis object of a wait/diagnose JSON (or of the first failed server in a rollout report)."""
     if path is None:
         return None
     data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a JSON object")
     if "diagnosis" in data and isinstance(data["diagnosis"], dict):
         data = data["diagnosis"]
     elif "waits" in data:
-        failed = [w for w in data["waits"] if (w.get("result") or {}).get("diagnosis")]
-        data = failed[0]["result"]["diagnosis"] if failed else {}
-    keep = ("cause", "phase", "rule_id", "fix", "confidence")
-    return {key: data.get(key) for key in keep if key in data} or None
+        data = _rollout_diagnosis(data)
+    found = {key: data.get(key) for key in (*DIAGNOSIS_KEYS, "server") if data.get(key) is not None}
+    return found or None
+
+
+def _router_ready_at(path: Path | None) -> float | None:
+    """When the router of a rollout report became ready (epoch seconds), if it did."""
+    if path is None:
+        return None
+    report = json.loads(path.read_text(encoding="utf-8"))
+    waits = report.get("waits") or []
+    routers = [w for w in waits if w.get("server") == "router" and w.get("exit_code") == 0]
+    ready_at = routers[-1].get("ready_at") if routers else None
+    return float(ready_at) if isinstance(ready_at, int | float) else None
 
 
 def _summary(path: Path | None) -> dict[str, Any] | None:
@@ -142,10 +199,17 @@ def run_finish(args: argparse.Namespace) -> int:
     try:
         diagnosis = _diagnosis(args.diagnosis)
         summary = _summary(args.validate_report)
-    except (OSError, ValueError) as exc:
+        ready_at = _router_ready_at(args.validate_report)
+    except (OSError, ValueError, AttributeError, TypeError) as exc:
         return _fail(f"cannot read a report: {exc}", EXIT_USAGE)
+    if args.cause:
+        given = {"cause": args.cause, **({"detail": args.detail} if args.detail else {})}
+        diagnosis = {**given, **(diagnosis or {})}
+    downtime = args.downtime
+    if args.down_since is not None and ready_at is not None:
+        downtime = round(max(0.0, ready_at - args.down_since), 1)
     try:
-        state = store.finish(args.attempt, args.outcome, diagnosis, args.downtime, summary)
+        state = store.finish(args.attempt, args.outcome, diagnosis, downtime, summary)
     except StateError as exc:
         return _fail(str(exc))
     print(json.dumps(asdict(state.attempt(args.attempt)), indent=2))
@@ -160,7 +224,7 @@ def run_target(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     candidates = state.known_good_states()
     index = args.index or 0
-    if index >= len(candidates):
+    if index < 0 or index >= len(candidates):
         return _fail(f"no known-good deployment #{index} (the node has {len(candidates)})")
     deployment = candidates[index]
     copy = store.topology_copy(deployment.topology_sha256)
@@ -168,3 +232,22 @@ def run_target(args: argparse.Namespace) -> int:
         json.dumps({**asdict(deployment), "topology_copy": str(copy), "copy_exists": copy.exists()}, indent=2)
     )
     return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """`status` and `state` alone: what `python3 -m sglnode.commands.state` parses."""
+    from sglnode.cli import UsageParser  # noqa: PLC0415 - cli imports this module's register lazily
+
+    parser = UsageParser(prog="sglnode", description=__doc__)
+    register(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -27,7 +27,10 @@ TOPOLOGIES_DIR = "topologies"
 LOCK_FILE = "state.lock"
 MAX_HISTORY = 50
 ACTIONS = ("deploy", "switch", "upgrade", "rollback")
-OUTCOMES = ("running", "ok", "failed", "rolled_back")
+# ok: passed its rollout check (the new known-good); failed: did not, and nothing was restored;
+# rolled_back: did not, and the previous deployment runs again; refused: stopped by the checks that run
+# before anything stops (image smoke, topology preflight), so the previous deployment never stopped.
+OUTCOMES = ("running", "ok", "failed", "rolled_back", "refused")
 
 
 class StateError(ValueError):
@@ -50,6 +53,10 @@ class Deployment:
     topology_sha256: str
     image_ref: str
     image_id: str = ""  # the engine's image ID (content digest) when known
+    router_image: str = ""  # the sglang-router image the topology's router runs
+    # The simulated node only: the simulator image (a test double) that serves in place of image_ref.
+    sim_image: str = ""
+    sim_image_id: str = ""
     driver_version: str = ""
     cuda_version: str = ""
     validated_at: str = ""
@@ -62,6 +69,10 @@ class Deployment:
         if unknown:
             raise StateError(f"deployment has unknown keys {sorted(unknown)}")
         return cls(**data)
+
+    def identity(self) -> tuple[str, str, str, str]:
+        """What makes two deployments the same one: the topology's content and the images it runs."""
+        return (self.topology_sha256, self.image_ref, self.router_image, self.sim_image)
 
 
 @dataclass(frozen=True)
@@ -121,10 +132,10 @@ class NodeState:
 
     def known_good_states(self) -> list[Deployment]:
         """Every deployment that once passed, newest first, without repeats (rollback targets)."""
-        seen: dict[tuple[str, str], Deployment] = {}
+        seen: dict[tuple[str, ...], Deployment] = {}
         for attempt in reversed(self.history):
             if attempt.outcome == "ok":
-                seen.setdefault((attempt.target.topology_sha256, attempt.target.image_ref), attempt.target)
+                seen.setdefault(attempt.target.identity(), attempt.target)
         return list(seen.values())
 
 
@@ -231,48 +242,64 @@ class StateStore:
             )
             history = tuple(done if a.id == attempt_id else a for a in state.history)
             current = target if outcome == "ok" else state.current
-            if outcome == "rolled_back":
-                current = attempt.previous  # the old deployment runs again
+            if outcome in ("rolled_back", "refused"):
+                current = attempt.previous  # the old deployment runs again (or never stopped)
             known_good = target if outcome == "ok" else state.known_good
             updated = NodeState(current=current, known_good=known_good, history=history)
             self.write(updated)
             return updated
 
 
-def render_status(state: NodeState, store: StateStore) -> str:
-    def describe(deployment: Deployment | None) -> str:
-        if deployment is None:
-            return "none"
-        copy = store.topology_copy(deployment.topology_sha256)
-        validated = f", validated {deployment.validated_at}" if deployment.validated_at else ""
-        stack = ", ".join(
-            part
-            for part in (
-                f"driver {deployment.driver_version}" if deployment.driver_version else "",
-                f"CUDA {deployment.cuda_version}" if deployment.cuda_version else "",
-            )
-            if part
-        )
-        return (
-            f"{deployment.topology_name} (topology {deployment.topology_sha256[:12]}, {copy}), image "
-            f"{deployment.image_ref}{', ' + stack if stack else ''}{validated}"
-        )
-
-    lines = [
-        f"current:    {describe(state.current)}",
-        f"known good: {describe(state.known_good)}",
-        "history:",
+def describe(deployment: Deployment | None, store: StateStore, copy_path: bool = True) -> str:
+    if deployment is None:
+        return "none"
+    copy = f", {store.topology_copy(deployment.topology_sha256)}" if copy_path else ""
+    validated = f", validated {deployment.validated_at}" if deployment.validated_at else ""
+    parts = [
+        f"image {deployment.image_ref}" + (f" ({deployment.image_id[:19]})" if deployment.image_id else ""),
+        f"router {deployment.router_image}" if deployment.router_image else "",
+        f"simulator {deployment.sim_image} (TEST DOUBLE)" if deployment.sim_image else "",
+        f"driver {deployment.driver_version}" if deployment.driver_version else "",
+        f"CUDA {deployment.cuda_version}" if deployment.cuda_version else "",
     ]
+    return (
+        f"{deployment.topology_name} (topology {deployment.topology_sha256[:12]}{copy}), "
+        f"{', '.join(part for part in parts if part)}{validated}"
+    )
+
+
+def describe_diagnosis(diagnosis: dict[str, Any] | None) -> str:
+    if not diagnosis:
+        return ""
+    where = f"{diagnosis['server']}: " if diagnosis.get("server") else ""
+    phase = f" ({diagnosis['phase']})" if diagnosis.get("phase") else ""
+    text = str(diagnosis.get("detail") or "")
+    detail = f" - {text[:117] + '...' if len(text) > 120 else text}" if text else ""
+    return f"{where}{diagnosis.get('cause')}{phase}{detail}"
+
+
+def render_status(state: NodeState, store: StateStore) -> str:
+    lines = [
+        f"current:    {describe(state.current, store)}",
+        f"known good: {describe(state.known_good, store, copy_path=False)}",
+        "rollback targets (playbooks/rollback.yml -e sglang_release_rollback_index=N, newest first):",
+    ]
+    targets = state.known_good_states()
+    if not targets:
+        lines.append("  (none: nothing has passed its rollout check yet)")
+    lines += [f"  [{i}] {describe(target, store, copy_path=False)}" for i, target in enumerate(targets)]
+    lines.append("history:")
     if not state.history:
         lines.append("  (no attempts recorded)")
     for attempt in reversed(state.history):
-        cause = ""
-        if attempt.diagnosis:
-            phase = f" ({attempt.diagnosis['phase']})" if attempt.diagnosis.get("phase") else ""
-            cause = f"; diagnosis {attempt.diagnosis.get('cause')}{phase}"
-        downtime = f"; downtime {attempt.downtime_s:.1f} s" if attempt.downtime_s is not None else ""
+        cause = f"; diagnosis {describe_diagnosis(attempt.diagnosis)}" if attempt.diagnosis else ""
+        simulated = " (SIMULATED node: the servers were a test double)" if attempt.target.sim_image else ""
+        downtime = ""
+        if attempt.downtime_s is not None:
+            downtime = f"; downtime {attempt.downtime_s:.1f} s{simulated}"
+        note = f" ({attempt.note})" if attempt.note else ""
         lines.append(
             f"  #{attempt.id} {attempt.started_at} {attempt.action} -> {attempt.target.topology_name} "
-            f"[{attempt.target.image_ref}]: {attempt.outcome}{cause}{downtime}"
+            f"[{attempt.target.image_ref}]: {attempt.outcome}{cause}{downtime}{note}"
         )
     return "\n".join(lines)

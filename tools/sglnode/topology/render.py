@@ -43,6 +43,18 @@ STOP_GRACE_PERIOD_S = 120
 UNIT_STOP_TIMEOUT_S = STOP_GRACE_PERIOD_S + 60
 # `up --detach` returns once containers are created; pulling is disabled, so this is short.
 UNIT_START_TIMEOUT_S = 300
+# A server that dies at startup is restarted this many times by Docker, then left stopped: a crash at
+# startup repeats (OOM, a missing kernel), and every retry reloads the checkpoint (146 GB: minutes of
+# disk and PCIe). The rollout check diagnoses the first crash from the log; `docker compose ps -a`
+# shows the container exited with its restart count.
+DEFAULT_RESTART_RETRIES = 2
+MAX_RESTART_RETRIES = 10
+# The unit itself (`compose up --detach`) is retried on failure at most UNIT_START_LIMIT_BURST times per
+# UNIT_START_LIMIT_INTERVAL_S, UNIT_RESTART_S apart (a boot where dockerd comes up late), then stays
+# failed: systemd's start limit, not an endless loop.
+UNIT_RESTART_S = 30
+UNIT_START_LIMIT_BURST = 3
+UNIT_START_LIMIT_INTERVAL_S = 3600
 # PyTorch/NCCL shared-memory segments (DataLoader-free inference still uses them for IPC).
 SHM_SIZE = "32gb"
 # NVIDIA's recommended container limits for PyTorch (NGC containers: --ulimit memlock=-1
@@ -87,6 +99,8 @@ class RenderOptions:
     docker_bin: str = DEFAULT_DOCKER_BIN
     gpu_preset: str = PINS.gpu.preset
     moe_config_dir: str = ""  # host path of a tuned MoE config cache root; "" = the wheel's configs
+    # Docker restarts of a server that exits with an error (compose `restart: on-failure:N`); 0 = none.
+    restart_retries: int = DEFAULT_RESTART_RETRIES
 
     def __post_init__(self) -> None:
         """Refuse options that would break the files they land in (a unit line, a compose port)."""
@@ -113,6 +127,13 @@ class RenderOptions:
             )
         if self.prefix and not self.prefix.startswith("/"):
             raise ValueError(f"prefix {self.prefix!r} must be an absolute path (or empty for /)")
+        retries = self.restart_retries
+        in_range = isinstance(retries, int) and 0 <= retries <= MAX_RESTART_RETRIES
+        if isinstance(retries, bool) or not in_range:
+            raise ValueError(
+                f"restart_retries {retries!r} must be a whole number from 0 to {MAX_RESTART_RETRIES}: "
+                "a server that crashes at startup must not reload its model in a loop"
+            )
         if not self.docker_bin.startswith("/"):
             raise ValueError(f"docker_bin {self.docker_bin!r} must be an absolute path")
         try:
@@ -427,7 +448,9 @@ def _server_service(topology: Topology, server: Server, node: str, opts: RenderO
             }
         }
     }
-    service["restart"] = "unless-stopped"
+    # Bounded: a crash at startup is retried restart_retries times, then the server stays down (and the
+    # rollout check says why) instead of reloading its checkpoint forever.
+    service["restart"] = f"on-failure:{opts.restart_retries}" if opts.restart_retries else "no"
     service["stop_grace_period"] = f"{STOP_GRACE_PERIOD_S}s"
     return service
 
@@ -446,6 +469,8 @@ def _router_service(topology: Topology, node: str, opts: RenderOptions) -> dict[
     local = [s.name for s in topology.servers if node in s.nodes and node == s.head_node]
     if local:
         service["depends_on"] = {name: {"condition": "service_started"} for name in local}
+    # The router loads no model: a restart costs a second, and it may exit while its workers still
+    # load (its worker startup timeout), so it is restarted until stopped.
     service["restart"] = "unless-stopped"
     return service
 
@@ -571,6 +596,9 @@ def render_unit(topology: Topology, opts: RenderOptions) -> str:
         Requires=docker.service
         After=docker.service network-online.target
         Wants=network-online.target
+        # A failing start is retried, then the unit stays failed (systemd's start limit).
+        StartLimitIntervalSec={UNIT_START_LIMIT_INTERVAL_S}
+        StartLimitBurst={UNIT_START_LIMIT_BURST}
 
         [Service]
         Type=oneshot
@@ -578,6 +606,8 @@ def render_unit(topology: Topology, opts: RenderOptions) -> str:
         WorkingDirectory={_unit_specifiers(directory)}
         ExecStart={compose} up --detach --remove-orphans --pull never
         ExecStop={compose} down
+        Restart=on-failure
+        RestartSec={UNIT_RESTART_S}
         TimeoutStartSec={UNIT_START_TIMEOUT_S}
         TimeoutStopSec={UNIT_STOP_TIMEOUT_S}
 
