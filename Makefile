@@ -44,6 +44,7 @@ lint:
 syntax:
 	@$(STAGE) "syntax: site.yml" ansible-playbook -i inventory/sim --syntax-check site.yml
 	@$(STAGE) "syntax: site.yml (node inventory)" ansible-playbook -i inventory/node --syntax-check site.yml
+	@$(STAGE) "syntax: playbooks/*.yml (node inventory)" ansible-playbook -i inventory/node --syntax-check playbooks/*.yml
 
 # The real sm_120 SGLang image, tagged by its inputs (a second run with the same inputs builds nothing).
 # make test builds it while the tests that do not need it run; its own tests (marker sglang_image) read .cache/sglang-image.tag.
