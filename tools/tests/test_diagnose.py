@@ -358,3 +358,33 @@ def test_a_line_that_narrates_or_advises_about_memory_is_no_oom_evidence(line):
 )
 def test_an_error_that_reports_an_oom_is_still_one(line):
     assert diagnose_lines(numbered([line])).cause == "oom"
+
+
+def _restarted(first: str, then: list[str]) -> list[str]:
+    """A crash, then the restarted server's own lines (compose restart: on-failure, systemd Restart=)."""
+    return [*(LOGS / first).read_text().splitlines(), *then]
+
+
+def test_a_restart_that_has_not_failed_yet_keeps_the_crash_before_it():
+    # What a wait ending between a crash and the restarted start's own failure reads (the e2e release
+    # test's KV-starved decode server under restart: on-failure:2).
+    lines = _restarted(
+        "oom_kv_pool.log",
+        [
+            "[2026-11-29 09:31:50] server_args=ServerArgs(model_path='/models/dsv4-pro-fp8', tp_size=8)",
+            "[2026-11-29 09:31:51 TP0] Load weight begin. avail mem=139.12 GB",
+        ],
+    )
+    diagnosis = diagnose_lines(numbered(lines, source="restarted.log"))
+    assert (diagnosis.cause, diagnosis.phase) == ("oom", "kv_cache")
+    assert any("restarted after this crash" in note for note in diagnosis.notes)
+
+
+def test_a_restart_that_went_down_again_is_diagnosed_on_its_own_lines():
+    # The latest start died without a signature (a kill): unknown, not the earlier start's OOM.
+    lines = _restarted("oom_kv_pool.log", (LOGS / "kill_only.log").read_text().splitlines())
+    start = "[2026-11-29 10:09:59] server_args=ServerArgs(model_path='/models/q', tp_size=8)"
+    lines.insert(len(lines) - 3, start)
+    diagnosis = diagnose_lines(numbered(lines, source="restarted.log"))
+    assert diagnosis.cause == "unknown"
+    assert any("earlier server start" in note for note in diagnosis.notes)

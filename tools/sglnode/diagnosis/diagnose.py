@@ -22,7 +22,7 @@ import shutil
 import subprocess
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
 from sglnode.diagnosis.rulebook import (
@@ -306,6 +306,10 @@ class Diagnoser:
         self._error_order: deque[int] = deque(maxlen=MAX_ERROR_LINES)
         self.earlier_crashes: list[str] = []  # cause of each earlier server lifetime that went down
         self.earlier_lifetimes = 0
+        # The diagnosis of the latest earlier lifetime that named a cause: a restarted server (compose
+        # `restart: on-failure:N`, systemd Restart=) whose new start has not failed yet is still down
+        # for that cause, and a wait that ends then must not answer `unknown`.
+        self._earlier_diagnosis: Diagnosis | None = None
 
     def feed(self, line: LogLine, timestamp: float = 0.0) -> list[Hit]:
         """Classify one line; return the rule hits it produced."""
@@ -373,6 +377,8 @@ class Diagnoser:
     def _start_new_lifetime(self) -> None:
         """A restarted server: what the earlier one died of becomes a note, not the diagnosis."""
         best = self.best_hit()
+        if best is not None:
+            self._earlier_diagnosis = self.result()
         self.earlier_lifetimes += 1
         if len(self.earlier_crashes) < MAX_EARLIER_LIFETIMES:
             self.earlier_crashes.append(best.rule.cause if best else "unknown")
@@ -429,7 +435,10 @@ class Diagnoser:
         best = self.best_hit()
         stage = self.tracker.stage.label
         if best is None:
-            return self._vocabulary_match(stage, gpu_memory) or self._unknown(stage, gpu_memory)
+            found = self._vocabulary_match(stage, gpu_memory)
+            if found is None and not self.terminal_lines and self._earlier_diagnosis is not None:
+                return self._restarting(self._earlier_diagnosis, stage, gpu_memory)
+            return found or self._unknown(stage, gpu_memory)
         rule = best.rule
         decision = self.decide_phase(best)
         evidence = [hit.line for hit in self.hits if hit.rule.id == rule.id][:MAX_EVIDENCE_LINES_PER_RULE]
@@ -456,6 +465,17 @@ class Diagnoser:
             rule_evidence=rule.evidence,
             phase_evidence=decision,
         )
+
+    def _restarting(
+        self, earlier: Diagnosis, stage: str, gpu_memory: list[dict[str, int]] | None
+    ) -> Diagnosis:
+        """The latest start shows nothing yet: the crash before it is the diagnosis, said as such."""
+        note = (
+            f"The server was restarted after this crash and its latest start (stage {stage}) shows no "
+            "failure yet: this is the earlier start's diagnosis; a start that crashes the same way again "
+            "is a crash loop (bounded restarts stop it)."
+        )
+        return replace(earlier, notes=[*earlier.notes, note], gpu_memory_at_death=gpu_memory)
 
     def decide_phase(self, hit: Hit) -> PhaseDecision | None:
         """Where an OOM happened: the message, the outermost phase frame, the last marker, or the stage."""
