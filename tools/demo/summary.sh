@@ -7,7 +7,14 @@ topology="${1:-pd-1p1d}"
 prefix="$repo_root/.sim-node"
 dir="$prefix/etc/sglang/$topology"
 reports="$prefix/var/lib/sglnode/reports/$topology"
-router_port="$(sed -n 's/^  port: \([0-9]*\)$/\1/p' "$repo_root/inventory/topologies/$topology.yml" | tail -1)"
+# The router's URL as the rollout check reached it (the topology may leave its port to the default).
+router_url="$(python3 -c 'import json, sys
+waits = json.load(open(sys.argv[1]))["waits"]
+print(next(w["url"] for w in waits if w["server"] == "router"))' "$reports/report.json")"
+# A server to follow: the decode side of a PD topology, else the first server.
+server="$(python3 -c 'import json, sys
+names = [w["server"] for w in json.load(open(sys.argv[1]))["waits"] if w["server"] != "router"]
+print(next((n for n in names if n.startswith("decode")), names[0]))' "$reports/report.json")"
 
 cat <<SUMMARY
 
@@ -24,9 +31,9 @@ Compose: $dir/compose.yaml (+ compose.sim.yaml)
 
 Look at it:
   docker compose -f $dir/compose.yaml -f $dir/compose.sim.yaml ps
-  docker compose -f $dir/compose.yaml -f $dir/compose.sim.yaml logs -f decode0
-  curl -s http://127.0.0.1:$router_port/v1/models
-  .venv/bin/sglnode bench --url http://127.0.0.1:$router_port --concurrency 1,8 --num-requests 16
+  docker compose -f $dir/compose.yaml -f $dir/compose.sim.yaml logs -f $server
+  curl -s $router_url/v1/models
+  .venv/bin/sglnode bench --url $router_url --concurrency 1,8 --num-requests 16
 Failure path:  make demo-oom
 Tear it down:  make demo-down
 SUMMARY
