@@ -70,6 +70,22 @@ def test_the_scan_finds_a_restated_pin(tmp_path):
     assert not any(path == "docs/y.md" for path, _ in found)
 
 
+@pytest.mark.parametrize(
+    "path",
+    [PINS_FILE, REPO / "tools/sglnode/planning/hardware" / f"{PINS.gpu.preset}.yaml"],
+    ids=["pins", "preset"],
+)
+def test_the_stdlib_reader_agrees_with_pyyaml(path):
+    # Build scripts may run pins.py with a bare python3 (no PyYAML): its own reader must read the same.
+    text = path.read_text(encoding="utf-8")
+    assert pins_module.parse_simple_yaml(text, str(path)) == yaml.safe_load(text)
+
+
+def test_pins_load_the_same_without_pyyaml(monkeypatch):
+    monkeypatch.setitem(sys.modules, "yaml", None)  # `import yaml` raises ImportError
+    assert pins_module.load() == PINS
+
+
 def test_generated_lines_and_the_readme_table_follow_the_pins():
     assert pins_module.sync(REPO, PINS, check=True) == [], f"run {pins_module.SYNC_COMMAND}"
 
