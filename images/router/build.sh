@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds sglnode/router:<version> from images/router/Dockerfile with the classic builder.
 #
-#   images/router/build.sh            build unless the tag already exists
+#   images/router/build.sh            build unless the tag exists and was built from the same sources
 #   FORCE=1 images/router/build.sh    rebuild anyway
 #
 # Env: SGLANG_ROUTER_VERSION (default the pinned sglang_router of tools/sglnode/pins.yaml), SGLNODE_EXTRA_CA
@@ -12,22 +12,24 @@
 # and removed again when this script exits.
 set -euo pipefail
 
-# shellcheck source=images/stage-ca.sh
-source "$(dirname "${BASH_SOURCE[0]}")/../stage-ca.sh"
+# shellcheck source=images/build-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../build-lib.sh"
 
 context="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo_root="$(cd "${context}/../.." && pwd)"
-python="${repo_root}/.venv/bin/python"
-[[ -x "$python" ]] || python=python3
-pin() { "$python" "${repo_root}/tools/sglnode/pins.py" get "$1"; }
 version="${SGLANG_ROUTER_VERSION:-$(pin sglang_router)}"
 image="${ROUTER_IMAGE:-$(pin images.router)}"
 base_image="${BASE_IMAGE:-sglnode/debian:bookworm}"
 tag="${image}:${version}"
+# An edited Dockerfile or requirements file rebuilds under the same tag (the label says what went in).
+source_hash="$(sources_hash images/router images/build-lib.sh)"
 
 if [[ "${FORCE:-0}" != 1 ]] && docker image inspect "$tag" >/dev/null 2>&1; then
-  echo "${tag} exists; skipping build (FORCE=1 rebuilds)"
-  exit 0
+  built_from="$(docker image inspect --format '{{ index .Config.Labels "io.sglnode.source-hash" }}' "$tag")"
+  if [[ "$built_from" == "$source_hash" ]]; then
+    echo "${tag} exists (sources ${source_hash}); skipping build (FORCE=1 rebuilds)"
+    exit 0
+  fi
+  echo "${tag} was built from other sources (${built_from:-none recorded}); rebuilding"
 fi
 
 staged_ca="${context}/extra-ca.crt"
@@ -39,6 +41,9 @@ stage_extra_ca "$staged_ca"
 DOCKER_BUILDKIT=0 docker build \
   --build-arg "SGLANG_ROUTER_VERSION=${version}" \
   --build-arg "BASE_IMAGE=${base_image}" \
+  --build-arg "SGLNODE_SOURCE_HASH=${source_hash}" \
   --tag "$tag" \
   "$context"
+# The image a rebuild replaced is left untagged: drop those (only the router's own, by its label).
+docker image prune --force --filter "label=io.sglnode.sglang-router.version" >/dev/null
 echo "built ${tag}"

@@ -13,14 +13,13 @@
 # the builder stage, and removed again when this script exits.
 set -euo pipefail
 
-# shellcheck source=images/stage-ca.sh
-source "$(dirname "${BASH_SOURCE[0]}")/../stage-ca.sh"
+# shellcheck source=images/build-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../build-lib.sh"
 
 context="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo_root="$(cd "${context}/../.." && pwd)"
 python="${PYTHON:-${repo_root}/.venv/bin/python}"
 [[ -x "$python" ]] || python=python3
-pin() { "$python" "${repo_root}/tools/sglnode/pins.py" get "$1"; }
 version="$(pin sglnode)"
 sglang_version="$(pin sglang)"
 image="${SIM_IMAGE:-$(pin images.sim)}"
@@ -28,10 +27,7 @@ base_image="${BASE_IMAGE:-sglnode/debian:bookworm}"
 tag="${image}:${version}"
 
 # The version alone does not change with every edit; the label records which sources went in.
-source_hash="$(cd "$repo_root" && find tools/sglnode pyproject.toml images/sim/Dockerfile images/sim/requirements.txt \
-  -type f \( -name '*.py' -o -name '*.yaml' -o -name '*.yml' -o -name '*.json' -o -name '*.toml' \
-  -o -name Dockerfile -o -name '*.txt' \) -not -path '*/__pycache__/*' -print0 \
-  | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)"
+source_hash="$(sources_hash tools/sglnode pyproject.toml images/sim images/build-lib.sh)"
 
 if [[ "${FORCE:-0}" != 1 ]] && docker image inspect "$tag" >/dev/null 2>&1; then
   built_from="$(docker image inspect --format '{{ index .Config.Labels "io.sglnode.source-hash" }}' "$tag")"

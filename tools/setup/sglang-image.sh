@@ -25,13 +25,11 @@ set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 context="$repo_root/images/sglang"
-python="$repo_root/.venv/bin/python"
-[[ -x "$python" ]] || python=python3
-pin() { "$python" "$repo_root/tools/sglnode/pins.py" get "$1"; }
+# shellcheck source=images/build-lib.sh
+source "$repo_root/images/build-lib.sh"
 name="${SGLANG_IMAGE_NAME:-$(pin images.sglang)}"
 base_image="${SGLANG_BASE_IMAGE:-sglnode/debian:bookworm}"
 tag_file="$repo_root/.cache/sglang-image.tag"
-readonly HOST_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
 readonly DEBIAN_DOCKER_CLI=/usr/bin/docker
 readonly BUILT_BY_LABEL=io.sglnode.built-by=tools/setup/sglang-image.sh
 

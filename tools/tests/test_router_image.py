@@ -1,4 +1,5 @@
-"""images/router: build.sh builds the real sglang-router image (classic builder) and skips a present tag."""
+"""images/router: build.sh builds the real sglang-router image (classic builder); it skips a tag built
+from the same sources and rebuilds one built from other sources."""
 
 from __future__ import annotations
 
@@ -62,4 +63,39 @@ def test_second_build_skips_the_existing_tag(router_image):
         ["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False
     )
     assert result.returncode == 0
-    assert f"{router_image} exists; skipping build" in result.stdout
+    assert f"{router_image} exists (sources " in result.stdout and "skipping build" in result.stdout
+    recorded = docker(
+        "image", "inspect", "--format", '{{ index .Config.Labels "io.sglnode.source-hash" }}', router_image
+    ).stdout.strip()
+    assert len(recorded) == 16 and recorded in result.stdout
+
+
+def test_an_edited_build_context_is_rebuilt_not_skipped(router_image, tmp_path):
+    # A copy of the scripts with one more line in the Dockerfile: same tag, other sources. A copy, so
+    # the real image is untouched; `docker build` is not reached (the fake docker on PATH records it).
+    copy = tmp_path / "repo"
+    shutil.copytree(REPO_ROOT / "images", copy / "images", ignore=shutil.ignore_patterns("extra-ca.crt"))
+    shutil.copytree(REPO_ROOT / "tools" / "sglnode", copy / "tools" / "sglnode",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    dockerfile = copy / "images" / "router" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "# edited\n")
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    calls = tmp_path / "docker-calls"
+    real_label = docker(
+        "image", "inspect", "--format", '{{ index .Config.Labels "io.sglnode.source-hash" }}', router_image
+    ).stdout.strip()
+    (fake_bin / "docker").write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\ncase "$1 $2" in "image inspect") echo {real_label};; esac\n'
+    )
+    (fake_bin / "docker").chmod(0o755)
+    env = {"PATH": f"{fake_bin}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    result = subprocess.run(
+        ["bash", str(copy / "images" / "router" / "build.sh")],
+        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"was built from other sources ({real_label}); rebuilding" in result.stdout
+    build_calls = [line for line in calls.read_text().splitlines() if line.startswith("build ")]
+    assert len(build_calls) == 1 and "SGLNODE_SOURCE_HASH=" in build_calls[0]
+    assert real_label not in build_calls[0]
