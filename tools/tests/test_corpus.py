@@ -45,7 +45,6 @@ TRAIN_KNOWN_MISSES = {
     "201-oom-runtime-sglang-alloc-paged-token-slots-extend-trace",
     "208-unknown-tgi-decode-cuda-graph-warmup-failed-trace-cut",
     "253-triton-windows-ptxas-sm75-exit-status",
-    "335-freetoken-prefill-wy-transform-oom",
 }
 
 
@@ -126,4 +125,4 @@ def test_oom_phase_is_decided_by_evidence_and_says_which():
         assert diagnosis.phase_evidence is not None
         kinds[diagnosis.phase_evidence.kind] += 1
     # Every kind of evidence is exercised by real reports.
-    assert kinds["message"] and kinds["frame"] and kinds["marker"], kinds
+    assert kinds["message"] and kinds["frame"] and kinds["marker"] and kinds["forward"], kinds

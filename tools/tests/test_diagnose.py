@@ -136,6 +136,28 @@ def test_phase_falls_back_to_the_last_stage_when_frames_say_nothing():
     assert any("last startup marker" in note for note in diagnosis.notes)
 
 
+def test_a_forward_frame_places_an_oom_without_markers_at_runtime_not_at_weights():
+    # An excerpt with no startup marker: the kernel frame says the model was computing; loading runs none.
+    traceback = [
+        "Traceback (most recent call last):",
+        '  File "fla/ops/wy_fast.py", line 129, in recompute_w_u_fwd',
+        "    u = torch.empty_like(v)",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 180.00 MiB.",
+    ]
+    diagnosis = diagnose_lines(numbered(traceback))
+    assert (diagnosis.cause, diagnosis.phase) == ("oom", "runtime")
+    assert diagnosis.phase_evidence.kind == "forward"
+    assert diagnosis.phase_evidence.line.line_no == 2
+    # A loader frame outranks it (the outermost phase frame decides), and so does a startup marker.
+    loader = '  File "sglang/srt/model_loader/loader.py", line 9, in load_model'
+    loading = [traceback[0], loader, *traceback[1:]]
+    assert diagnose_lines(numbered(loading)).phase == "weights"
+    marked = ["[2026-11-29 09:40:00 TP0] Load weight begin. avail mem=93.61 GB", *traceback]
+    assert diagnose_lines(numbered(marked)).phase_evidence.kind == "marker"
+    # Without any frame the last stage reached is all there is.
+    assert diagnose_lines(numbered(traceback[-1:])).phase_evidence.kind == "stage"
+
+
 def test_phase_uses_the_crashing_rank_stage():
     lines = numbered(
         [
@@ -200,7 +222,7 @@ def test_json_schema_is_stable():
     ]
     assert payload["schema_version"] == SCHEMA_VERSION
     assert set(payload["evidence"][0]) == {"line_no", "text", "source"}
-    assert payload["phase_evidence"]["kind"] in {"message", "frame", "marker", "stage"}
+    assert payload["phase_evidence"]["kind"] in {"message", "frame", "marker", "forward", "stage"}
     assert payload["rule_evidence"]
     json.dumps(payload)
 

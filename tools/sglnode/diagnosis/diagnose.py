@@ -8,8 +8,9 @@ The OOM phase comes from evidence of where the process died, in this order: the 
 it names the phase itself (SGLang's KV-budget errors), the outermost phase frame of the traceback
 that carries the OOM (phases.yaml: what the process was doing, e.g. capture, around the forward
 pass that allocated), the last startup-stage marker before the fatal line
-(SGLang's milestones and other engines' equivalents), and only then the stage the progress
-tracker reached. The JSON's `phase_evidence` says which one decided, with the line.
+(SGLang's milestones and other engines' equivalents), then a forward-pass frame (the model was
+computing, not loading: runtime), and only then the stage the progress tracker reached. The JSON's
+`phase_evidence` says which one decided, with the line.
 
 Memory stays bounded whatever the log's size: a few hits per rule, a fixed look-back window, and
 evidence lines cut to EVIDENCE_LINE_MAX characters.
@@ -176,7 +177,7 @@ class Hit:
 @dataclass(frozen=True)
 class PhaseDecision:
     phase: str
-    kind: str  # message | frame | marker | stage
+    kind: str  # message | frame | marker | forward | stage
     line: LogLine | None
 
     def note(self) -> str:
@@ -185,6 +186,10 @@ class PhaseDecision:
             "message": f"phase {self.phase}: named by the error message itself",
             "frame": f"phase {self.phase}: from the traceback frame of what the process was doing{where}",
             "marker": f"phase {self.phase}: from the last startup marker before the error{where}",
+            "forward": (
+                f"phase {self.phase}: no phase frame or startup marker; a forward-pass frame{where} says the "
+                "model was computing, not loading"
+            ),
             "stage": f"phase {self.phase}: no frame or marker says more; the last stage reached",
         }[self.kind]
 
@@ -478,7 +483,8 @@ class Diagnoser:
         return replace(earlier, notes=[*earlier.notes, note], gpu_memory_at_death=gpu_memory)
 
     def decide_phase(self, hit: Hit) -> PhaseDecision | None:
-        """Where an OOM happened: the message, the outermost phase frame, the last marker, or the stage."""
+        """Where an OOM happened: the message, the outermost phase frame, the last marker, a forward-pass
+        frame, or the stage."""
         if hit.rule.cause != "oom":
             return None
         if hit.rule.phase != "from_context":
@@ -493,6 +499,10 @@ class Diagnoser:
         if hit.marker is not None:
             stage, line = hit.marker
             return PhaseDecision(STAGE_TO_OOM_PHASE[STAGE_OF_MARKER[stage]], "marker", line)
+        around = (*hit.before, hit.line, *hit.after)
+        forward = next((line for line in around if self.phase_evidence.is_forward_frame(line.text)), None)
+        if forward is not None:
+            return PhaseDecision(self.phase_evidence.forward_phase, "forward", forward)
         return PhaseDecision(STAGE_TO_OOM_PHASE[hit.stage], "stage", None)
 
     def _lifetime_notes(self) -> list[str]:

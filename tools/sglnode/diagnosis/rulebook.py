@@ -246,6 +246,11 @@ class PhaseEvidence:
 
     frames: tuple[tuple[str, tuple[re.Pattern[str], ...]], ...]  # (phase, patterns)
     markers: tuple[tuple[str, tuple[re.Pattern[str], ...]], ...]  # (stage, patterns)
+    forward: tuple[re.Pattern[str], ...] = ()  # frames of a forward pass: runtime when nothing else says
+    forward_phase: str = "runtime"
+
+    def is_forward_frame(self, line: str) -> bool:
+        return any(pattern.search(line) for pattern in self.forward)
 
     def frame_phase(self, line: str) -> str | None:
         for phase, patterns in self.frames:
@@ -274,7 +279,15 @@ def parse_phase_evidence(data: dict[str, Any]) -> PhaseEvidence:
         if entry.get("stage") not in MARKER_STAGES:
             raise RuleError(f"phases.yaml: marker stage {entry.get('stage')!r} not one of {MARKER_STAGES}")
         markers.append((entry["stage"], _compile(f"markers:{entry['stage']}", entry.get("patterns"))))
-    return PhaseEvidence(tuple(frames), tuple(markers))
+    forward = data.get("forward") or {}
+    if forward and forward.get("phase") not in OOM_PHASES:
+        raise RuleError(f"phases.yaml: forward phase {forward.get('phase')!r} not one of {OOM_PHASES}")
+    return PhaseEvidence(
+        tuple(frames),
+        tuple(markers),
+        _compile("forward", forward.get("patterns")) if forward else (),
+        forward.get("phase", "runtime"),
+    )
 
 
 @cache
