@@ -45,6 +45,9 @@ TRAIN_KNOWN_MISSES = {
     "201-oom-runtime-sglang-alloc-paged-token-slots-extend-trace",
     "208-unknown-tgi-decode-cuda-graph-warmup-failed-trace-cut",
     "253-triton-windows-ptxas-sm75-exit-status",
+    "605-sglang-lora-cutlass-group-gemm-init-error-internal",
+    "606-flashinfer-sm120-moe-autotune-tma-ws-grouped-gemm-init",
+    "617-sglang-tvm-ffi-duplicate-registration-abort-gb200",
 }
 
 

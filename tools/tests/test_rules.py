@@ -39,6 +39,25 @@ def test_every_rule_has_positive_and_negative_examples():
         assert rule.negative_examples, rule.id
 
 
+CUDA_RUNTIME = Path("/usr/local/cuda/lib64/libcudart.so")
+# Secondary: it reports that an earlier error broke the capture, and that earlier error is the cause.
+SECONDARY_CAPTURE_ERRORS = {"operation failed due to a previous error during capture"}
+
+
+@pytest.mark.skipif(not CUDA_RUNTIME.exists(), reason="no CUDA toolkit at /usr/local/cuda")
+def test_capture_rule_knows_every_stream_capture_error_of_the_cuda_runtime():
+    # cudaGetErrorString's texts live in libcudart: every capture error it can print is one rule's words.
+    texts = {
+        text.decode()
+        for text in re.findall(rb"[a-z][a-z -]{20,}", CUDA_RUNTIME.read_bytes())
+        if re.search(rb"captur", text) and b" " in text
+    }
+    capture_errors = texts - SECONDARY_CAPTURE_ERRORS
+    assert len(capture_errors) >= 6, sorted(texts)
+    rule = next(rule for rule in RULES if rule.id == "capture-illegal-operation")
+    assert [text for text in sorted(capture_errors) if not rule.matches(text)] == []
+
+
 def test_every_cause_except_unknown_has_a_rule():
     covered = {rule.cause for rule in RULES}
     assert covered == set(CAUSES) - {"unknown"}
