@@ -45,9 +45,17 @@ TRAIN_KNOWN_MISSES = {
     "201-oom-runtime-sglang-alloc-paged-token-slots-extend-trace",
     "208-unknown-tgi-decode-cuda-graph-warmup-failed-trace-cut",
     "253-triton-windows-ptxas-sm75-exit-status",
+    "407-sglang-omni-asr-encoder-oom-rtx5090",
+    "412-sglang-dflash-draft-kv-pool-oom-dp1-tp1",
+    "422-ds4-cuda-decode-range-alloc-oom-rtx-pro-6000",
+    "553-sglang-nixl-ucx-progress-thread-segfault",
     "605-sglang-lora-cutlass-group-gemm-init-error-internal",
     "606-flashinfer-sm120-moe-autotune-tma-ws-grouped-gemm-init",
     "617-sglang-tvm-ffi-duplicate-registration-abort-gb200",
+    "657-kv-transfer-vllm-offloading-connector-store-jobs-assert",
+    "658-kv-transfer-vllm-cpu-gpu-offload-transfer-assert-warning",
+    "661-oom-runtime-vllm-cumem-allocator-wake-up-out-of-memory",
+    "665-nccl-sglang-segfault-in-all-reduce-multinode",
 }
 
 

@@ -111,7 +111,9 @@ MAX_EARLIER_LIFETIMES = 20
 # startup milestone; skipping them keeps offline diagnosis of day-long logs fast (~10x).
 ROUTINE_LINE_MARKERS: tuple[str, ...] = ("] Decode batch", "] Prefill batch", '" 200 OK')
 # Lines that say nothing on their own: traceback frames and separators (not "meaningful last lines").
-FRAME_LINE_RE = re.compile(r'^\s*(?:File "|at |\d+: |→|\^+$|~+$|-+$)|^\s*$')
+# Backtrace frames ("   3: 0x7f... in f") are indented; "1: ..." at column 0 is a launcher's rank prefix
+# (srun --label, torchrun --tee), whose line says as much as any other.
+FRAME_LINE_RE = re.compile(r'^\s*(?:File "|at |→|\^+$|~+$|-+$)|^\s+\d+: |^\s*$')
 
 # What `unknown` says first depends on what the log shows: a kill, no end at all, or nothing.
 UNKNOWN_KILLED = (
