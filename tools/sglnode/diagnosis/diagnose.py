@@ -71,8 +71,11 @@ TERMINAL_RES: tuple[re.Pattern[str], ...] = (
 # INFO/DEBUG-level log line (vLLM's "If you are running out of memory, consider ...", a KV-cache
 # allocation note, glog's I-lines) or advice text ("to avoid running out of memory") is never the
 # evidence of an OOM, whatever it says about memory.
+NARRATION_LEVEL_RE = re.compile(r"(?:^|[\s\[(|])(?:INFO|DEBUG)(?:[\s:\]|]|$)")
+# A collector that wraps every line at its own level (Cloud Logging's "INFO <time> [...] (EngineCore)
+# ERROR ...") does not make the engine's ERROR line a narration.
+ERROR_LEVEL_RE = re.compile(r"(?:^|[\s\[(|])(?:ERROR|CRITICAL|FATAL)(?:[\s:\]|]|$)")
 OOM_NARRATION_RES: tuple[re.Pattern[str], ...] = (
-    re.compile(r"(?:^|[\s\[(|])(?:INFO|DEBUG)(?:[\s:\]|]|$)"),
     re.compile(r"^I\d{4} \d"),
     re.compile(
         r"\b(?:if|in case)\b[^.;]{0,30}\b(?:run(?:s|ning)? out of memory|OOMs?\b|hit(?:s|ting)? (?:an )?OOM)",
@@ -93,6 +96,8 @@ OOM_NARRATION_RES: tuple[re.Pattern[str], ...] = (
 
 def is_oom_narration(text: str) -> bool:
     """A line that talks about memory without reporting a failed allocation."""
+    if NARRATION_LEVEL_RE.search(text) and not ERROR_LEVEL_RE.search(text):
+        return True
     return any(pattern.search(text) for pattern in OOM_NARRATION_RES)
 
 
