@@ -376,6 +376,9 @@ def test_a_line_that_narrates_or_advises_about_memory_is_no_oom_evidence(line):
         "avoid fragmentation.",
         "RuntimeError: Error when trying to allocate: CUDA out of memory",
         "(EngineCore pid=1) ERROR 01-01 12:00:00 [core.py:1] torch.OutOfMemoryError: CUDA out of memory.",
+        # a log collector (Cloud Logging on GKE) that wraps every line at its own INFO level
+        "INFO 2025-11-19T20:16:36.096638074Z [resource.labels.containerName: vllm] (EngineCore_DP0 pid=270) "
+        "ERROR 11-19 12:16:36 [v1/engine/core.py:842] torch.OutOfMemoryError: CUDA out of memory.",
     ],
 )
 def test_an_error_that_reports_an_oom_is_still_one(line):
