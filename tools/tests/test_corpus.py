@@ -40,6 +40,13 @@ SM120_TAGS = {"sm120", "sm121", "blackwell", "rtx5090", "rtx-pro-6000"}
 # Train items whose excerpt does not show enough to decide (each yaml's label_uncertain says why).
 TRAIN_KNOWN_MISSES = {
     "1007-candle-named-symbol-not-found-cast-bf16-2080ti",
+    "1154-textgen-vicuna-checkpoint-shards-killed-0pct",
+    "1157-vllm-pynccl-pipe-kv-recv-wait-timeout",
+    "1159-mooncake-master-etcd-keepalive-closed",
+    "1208-onnxruntime-cuda-graph-bfc-arena-alloc-failed",
+    "1209-sglang-capture-cuda-graph-failed-gloo-timeout",
+    "1214-caffe2-detectron-param-init-cuda-oom",
+    "1216-lmcache-cpu-pool-failed-to-allocate-tensor",
     "1261-vllm-max-num-batched-tokens-smaller-than-max-model-len",
     "1268-sglang-retract-decode-no-space-left-for-one-request",
     "1272-nccl-tests-docker-socket-creation-failed",
