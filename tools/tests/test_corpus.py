@@ -40,6 +40,7 @@ SM120_TAGS = {"sm120", "sm121", "blackwell", "rtx5090", "rtx-pro-6000"}
 # Train items whose excerpt does not show enough to decide (each yaml's label_uncertain says why).
 TRAIN_KNOWN_MISSES = {
     "1007-candle-named-symbol-not-found-cast-bf16-2080ti",
+    "1105-torch-compile-cudagraph-trees-output-overwritten",
     "1154-textgen-vicuna-checkpoint-shards-killed-0pct",
     "1157-vllm-pynccl-pipe-kv-recv-wait-timeout",
     "1159-mooncake-master-etcd-keepalive-closed",
