@@ -64,7 +64,6 @@ TRAIN_KNOWN_MISSES = {
     "605-sglang-lora-cutlass-group-gemm-init-error-internal",
     "606-flashinfer-sm120-moe-autotune-tma-ws-grouped-gemm-init",
     "617-sglang-tvm-ffi-duplicate-registration-abort-gb200",
-    "657-kv-transfer-vllm-offloading-connector-store-jobs-assert",
     "658-kv-transfer-vllm-cpu-gpu-offload-transfer-assert-warning",
     "661-oom-runtime-vllm-cumem-allocator-wake-up-out-of-memory",
     "665-nccl-sglang-segfault-in-all-reduce-multinode",

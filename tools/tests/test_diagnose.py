@@ -413,3 +413,47 @@ def test_a_restart_that_went_down_again_is_diagnosed_on_its_own_lines():
     diagnosis = diagnose_lines(numbered(lines, source="restarted.log"))
     assert diagnosis.cause == "unknown"
     assert any("earlier server start" in note for note in diagnosis.notes)
+
+
+PD_FRAME = '  File "/opt/sglang/sglang/srt/disaggregation/utils.py", line 1162, in register_draft_buffers'
+
+
+def test_a_traceback_through_the_pd_code_names_kv_transfer_when_no_words_do():
+    crash = [
+        "[2026-11-29 09:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/opt/sglang/sglang/srt/managers/scheduler.py", line 2883, in event_loop_disagg_decode',
+        "    self.process_decode_queue()",
+        PD_FRAME,
+        "    raise RuntimeError(",
+        "RuntimeError: State index length mismatch at component 0: prefill=2, dst=1",
+    ]
+    diagnosis = diagnose_lines(numbered(crash))
+    assert diagnosis.cause == "kv_transfer"
+    assert (diagnosis.rule_id, diagnosis.confidence) == ("code-kv_transfer", "low")
+    assert [line.line_no for line in diagnosis.evidence][:2] == [4, 6]
+    assert "traceback of the last error runs through kv_transfer's code (line 4)" in diagnosis.notes[0]
+
+
+def test_frames_printed_after_an_error_do_not_name_its_family():
+    # faulthandler lists every thread after the fatal line: a PD thread idling in its loop is not the crash.
+    dump = [
+        "Fatal Python error: Segmentation fault",
+        "",
+        "Thread 0x00007f2ea0870640 (most recent call first):",
+        PD_FRAME.replace(", in register_draft_buffers", " in transfer_worker"),
+        '  File "/usr/lib/python3.10/threading.py", line 953 in run',
+    ]
+    assert diagnose_lines(numbered(dump)).cause == "unknown"
+
+
+def test_an_error_raised_while_importing_is_an_import_error():
+    crash = [
+        "Traceback (most recent call last):",
+        '  File "/opt/app/serve.py", line 3, in <module>',
+        "    import fancy_kernels",
+        '  File "<frozen importlib._bootstrap>", line 1176, in _find_and_load',
+        '  File "/opt/venv/fancy_kernels/__init__.py", line 9, in <module>',
+        "    _check()",
+        "AssertionError: fancy_kernels was built for a different interpreter",
+    ]
+    assert diagnose_lines(numbered(crash)).cause == "import_error"

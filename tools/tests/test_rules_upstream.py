@@ -6,11 +6,15 @@ test_upstream_strings.py) must be recognised by a rule, and the whole crash, as 
 log line of the pinned release may look like a failure.
 """
 
+import ast
+from collections import Counter
+
 import pytest
 
 from sglnode.diagnosis.diagnose import diagnose_lines, numbered
-from sglnode.diagnosis.rulebook import load_rules
+from sglnode.diagnosis.rulebook import LogLineLike, load_rules, load_vocabulary
 from sglnode.upstream import catalog
+from sglnode.upstream.wheels import WheelSource, pinned_wheel
 
 RULES = load_rules()
 UPSTREAM = [(rule, entry_id, values) for rule in RULES for entry_id, values in rule.upstream]
@@ -142,3 +146,59 @@ def test_0_5_23_capture_failure_without_oom_is_a_capture_failure():
     log = _startup("graph") + _crash(["Exception: " + failed], "capture_failed")
     diagnosis = diagnose_lines(numbered(log))
     assert diagnosis.cause == "cuda_graph_capture"
+
+
+def _raised_messages(source_text: str) -> list[tuple[int, str, str]]:
+    """(line, exception class, message) of every `raise X("...")` with a literal or f-string message;
+    an f-string's fields are rendered as 7 (what they hold does not change which words surround them)."""
+    found = []
+    for node in ast.walk(ast.parse(source_text)):
+        if not (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args):
+            continue
+        message = node.exc.args[0]
+        if isinstance(message, ast.Constant) and isinstance(message.value, str):
+            text = message.value
+        elif isinstance(message, ast.JoinedStr):
+            text = "".join(str(v.value) if isinstance(v, ast.Constant) else "7" for v in message.values)
+        else:
+            continue
+        exc = node.exc.func
+        name = exc.id if isinstance(exc, ast.Name) else getattr(exc, "attr", "Exception")
+        found.append((node.lineno, name, text.replace("%s", "x").replace("%d", "7")))
+    return found
+
+
+def test_every_error_the_pinned_disaggregation_code_raises_is_diagnosed_never_unknown_or_oom():
+    # SGLang's PD code raises its own checks as plain RuntimeError/ValueError ("PD state transfer failed:
+    # ...", "State index length mismatch ..."): the traceback through srt/disaggregation/ names the
+    # family even where the words do not (vocabulary.yaml `code`).
+    vocabulary = load_vocabulary()
+    outcomes = Counter()
+    wrong = []
+    with WheelSource(pinned_wheel("sglang", fetch=False)) as source:
+        members = [
+            name
+            for name in source.names()
+            if name.startswith("sglang/srt/disaggregation/") and name.endswith(".py") and "/test" not in name
+        ]
+        for member in members:
+            for line_no, exc, message in _raised_messages(source.read(member)):
+                crash = [
+                    "Traceback (most recent call last):",
+                    f'  File "{SITE}/sglang/srt/managers/scheduler.py", line 1, in event_loop_disagg_decode',
+                    "    self.process_decode_queue()",
+                    f'  File "{SITE}/{member}", line {line_no}, in check',
+                    f"    raise {exc}(...)",
+                    f"{exc}: {message}",
+                ]
+                diagnosis = diagnose_lines(numbered(crash))
+                # A message in another family's own words may be named for it ("... timed out").
+                words = vocabulary.classify([LogLineLike(crash[-1])])
+                allowed = {"kv_transfer", words[0].cause} if words is not None else {"kv_transfer"}
+                outcomes[diagnosis.cause] += 1
+                if diagnosis.cause not in allowed:
+                    wrong.append(f"{member}:{line_no} {diagnosis.cause}: {crash[-1][:120]}")
+    assert sum(outcomes.values()) >= 200, outcomes  # the package raises hundreds of checks
+    assert outcomes["unknown"] == 0 and outcomes["oom"] == 0, wrong
+    assert wrong == []
+    assert outcomes["kv_transfer"] >= 0.95 * sum(outcomes.values()), outcomes

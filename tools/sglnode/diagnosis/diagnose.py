@@ -51,6 +51,8 @@ MAX_ALSO_MATCHED = 10
 MAX_LAST_LINES = 5
 # Error lines kept for the vocabulary fallback (the last ones: a crash prints its cause near the end).
 MAX_ERROR_LINES = 200
+# Traceback frames in a family's code (vocabulary.yaml `code`) kept for the last-resort match.
+MAX_CODE_FRAMES = 64
 # A 50 MB line is a log's (or an attacker's) mistake, not evidence: lines are cut when read and
 # when shown.
 READ_LINE_MAX = 64 * 1024
@@ -104,7 +106,7 @@ def is_oom_narration(text: str) -> bool:
 # An exception line right under a frame (a frame with no source line to show: <stdin>, a compiled
 # module) is the error itself, not quoted code: "RuntimeError: ...", "torch.AcceleratorError: ...",
 # after any log prefix ("... [core.py:1] ValueError: ..."); quoted code is indented or starts otherwise.
-EXCEPTION_LINE_RE = re.compile(r"(?:^|\]\s)(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::|$)")
+EXCEPTION_LINE_RE = re.compile(r"(?:^|\]\s)(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception)(?::|$)")
 
 
 # The first line a fresh server process prints (launch_server logs its arguments): after a crash it
@@ -316,6 +318,7 @@ class Diagnoser:
         # collective can fail per request while the server stays up), errors before it were survived.
         self._ready_at: int | None = None
         self._error_order: deque[int] = deque(maxlen=MAX_ERROR_LINES)
+        self._code_frames: deque[tuple[str, LogLine, int]] = deque(maxlen=MAX_CODE_FRAMES)
         self.earlier_crashes: list[str] = []  # cause of each earlier server lifetime that went down
         self.earlier_lifetimes = 0
         # The diagnosis of the latest earlier lifetime that named a cause: a restarted server (compose
@@ -383,6 +386,10 @@ class Diagnoser:
                 # "UserWarning:" / "RuntimeError:" alone on a line: the message is on the next one.
                 self._error_opened = line.text.rstrip().endswith(":") and not opened
         self._after_frame = FRAME_RE.search(line.text) is not None
+        if self._after_frame:
+            family = self.vocabulary.code_family(line.text)
+            if family is not None:
+                self._code_frames.append((family.cause, line, self._fed))
         self._recent.append(line)
         return new_hits
 
@@ -403,6 +410,7 @@ class Diagnoser:
         self._meaningful.clear()
         self._error_lines.clear()
         self._error_order.clear()
+        self._code_frames.clear()
         self._ready_at = None
         self._recent.clear()
         self.tracker.restart()
@@ -512,6 +520,47 @@ class Diagnoser:
             return PhaseDecision(self.phase_evidence.forward_phase, "forward", forward)
         return PhaseDecision(STAGE_TO_OOM_PHASE[hit.stage], "stage", None)
 
+    def _code_match(
+        self, errors: list[tuple[LogLine, int]], stage: str, gpu_memory: list[dict[str, int]] | None
+    ) -> Diagnosis | None:
+        """Last resort: the last error's traceback runs through one family's code (SGLang's
+        disaggregation package, NIXL, torch.distributed, importlib), so the error is that family's,
+        whatever its own words (an internal check in the PD transfer code is a KV-transfer failure)."""
+        if not errors or not self._code_frames:
+            return None
+        last_error, at = errors[-1]
+        # Only the traceback that led to the error: Python prints it outermost first, right above the
+        # exception line, so the innermost family frame decides. Frames printed after an error belong to
+        # thread dumps (faulthandler lists every thread) and say nothing about the one that failed.
+        window = [
+            (cause, frame, order)
+            for cause, frame, order in self._code_frames
+            if at - TRACEBACK_LOOKBACK_LINES <= order < at
+        ]
+        if not window:
+            return None
+        cause, frame, _ = window[-1]
+        family = next(family for family in self.vocabulary.families if family.cause == cause)
+        note = (
+            "No signature matched and no error line uses a family's words; the traceback of the last "
+            f"error runs through {cause}'s code (line {frame.line_no}): suggestive only, read the error "
+            "first."
+        )
+        return Diagnosis(
+            cause=cause,
+            phase=None,
+            rule_id=f"code-{cause}",
+            confidence="low",
+            fix=family.fix,
+            source_url=None,
+            stage=stage,
+            evidence=_ordered_unique([frame, last_error, *self._context_lines(), *self.terminal_lines]),
+            notes=[note, *self._lifetime_notes()],
+            gpu_memory_at_death=gpu_memory,
+            rule_evidence=f"A traceback frame in {cause}'s code under the last error line.",
+            last_lines=list(self._meaningful),
+        )
+
     def _lifetime_notes(self) -> list[str]:
         if not self.earlier_lifetimes:
             return []
@@ -541,19 +590,18 @@ class Diagnoser:
 
     def _vocabulary_match(self, stage: str, gpu_memory: list[dict[str, int]] | None) -> Diagnosis | None:
         """No signature matched: the family whose own words the error lines use, if any (never OOM)."""
-        error_lines = list(self._error_lines)
+        errors = list(zip(self._error_lines, self._error_order, strict=True))
         if self.tracker.ready and not self.terminal_lines:
             # A server that came up and never went down: only errors after it came up say anything
             # (a PD KV transfer or a collective failing per request while /health stays 200).
             ready_at = self._ready_at or 0
-            error_lines = [
-                line for line, order in zip(error_lines, self._error_order, strict=True) if order > ready_at
-            ]
+            errors = [(line, order) for line, order in errors if order > ready_at]
+        error_lines = [line for line, _ in errors]
         if self.vocabulary.fault(error_lines) is not None:
             return None
         found = self.vocabulary.classify(error_lines)
         if found is None:
-            return None
+            return self._code_match(errors, stage, gpu_memory)
         family, lines = found
         note = (
             f"No specific signature matched; {len(lines)} error line(s) use the {family.cause} family's "

@@ -313,6 +313,9 @@ class VocabularyFamily:
     words: re.Pattern[str]
     examples: tuple[str, ...]
     negative_examples: tuple[str, ...]
+    # Where the family's code lives (traceback frame paths): SGLang's disaggregation package, NIXL and
+    # Mooncake for KV transfer; the last resort when no error line uses any family's words.
+    code: re.Pattern[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -328,6 +331,13 @@ class Vocabulary:
             found = self.abstain.search(line.text)
             if found:
                 return found.group(0)
+        return None
+
+    def code_family(self, frame: str) -> VocabularyFamily | None:
+        """The family whose code a traceback frame is in, if any (precedence order)."""
+        for family in self.families:
+            if family.code is not None and family.code.search(frame):
+                return family
         return None
 
     def is_error_line(self, line: str) -> bool:
@@ -354,7 +364,7 @@ class Vocabulary:
         return best
 
 
-VOCABULARY_KEYS = frozenset({"cause", "evidence", "fix", "words", "examples", "negative_examples"})
+VOCABULARY_KEYS = frozenset({"cause", "evidence", "fix", "words", "examples", "negative_examples", "code"})
 # A traceback's frame line ("File ..., line N, in f", after any log prefix); the source line under it.
 FRAME_RE = re.compile(r'File "[^"]+", line \d+')
 
@@ -374,13 +384,14 @@ def parse_vocabulary(data: dict[str, Any]) -> Vocabulary:
             # GPU OOM is only ever diagnosed from an explicit signature, never from words.
             raise RuleError(f"vocabulary.yaml: family cause {cause!r} not allowed")
         unknown = raw.keys() - VOCABULARY_KEYS
-        missing = VOCABULARY_KEYS - {"negative_examples"} - raw.keys()
+        missing = VOCABULARY_KEYS - {"negative_examples", "code"} - raw.keys()
         if unknown or missing:
             raise RuleError(
                 f"vocabulary.yaml {cause}: unknown keys {sorted(unknown)}, missing {sorted(missing)}"
             )
         try:
             words = re.compile("|".join(f"(?:{w})" for w in raw["words"]), re.IGNORECASE)
+            code = re.compile("|".join(f"(?:{w})" for w in raw["code"])) if raw.get("code") else None
         except re.error as exc:
             raise RuleError(f"vocabulary.yaml {cause}: {exc}") from exc
         families.append(
@@ -391,6 +402,7 @@ def parse_vocabulary(data: dict[str, Any]) -> Vocabulary:
                 words=words,
                 examples=tuple(raw["examples"]),
                 negative_examples=tuple(raw.get("negative_examples") or ()),
+                code=code,
             )
         )
     try:
