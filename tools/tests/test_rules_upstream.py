@@ -175,7 +175,7 @@ def test_every_error_the_pinned_disaggregation_code_raises_is_diagnosed_never_un
     vocabulary = load_vocabulary()
     outcomes = Counter()
     wrong = []
-    with WheelSource(pinned_wheel("sglang", fetch=False)) as source:
+    with WheelSource(pinned_wheel("sglang")) as source:
         members = [
             name
             for name in source.names()
