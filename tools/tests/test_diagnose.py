@@ -457,3 +457,26 @@ def test_an_error_raised_while_importing_is_an_import_error():
         "AssertionError: fancy_kernels was built for a different interpreter",
     ]
     assert diagnose_lines(numbered(crash)).cause == "import_error"
+
+
+def test_torchruns_report_of_a_dead_worker_is_no_collective_failure():
+    # The launcher's frames are in torch/distributed/, but they only say a child failed.
+    site = "/usr/local/lib/python3.10/dist-packages/torch/distributed"
+    report = [
+        "Traceback (most recent call last):",
+        f'  File "{site}/run.py", line 794, in main',
+        "    run(args)",
+        f'  File "{site}/launcher/api.py", line 259, in launch_agent',
+        "    raise ChildFailedError(",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+        "train.py FAILED",
+    ]
+    assert diagnose_lines(numbered(report)).cause == "unknown"
+    # A collective's own frame under an error in no family's words is one.
+    collective = [
+        report[0],
+        f'  File "{site}/distributed_c10d.py", line 2501, in all_reduce',
+        "    work = group.allreduce([tensor], opts)",
+        "ValueError: Tensors must be contiguous",
+    ]
+    assert diagnose_lines(numbered(collective)).rule_id == "code-nccl"
