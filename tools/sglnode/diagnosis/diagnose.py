@@ -31,6 +31,7 @@ from sglnode.diagnosis.rulebook import (
     PhaseEvidence,
     Rule,
     Vocabulary,
+    VocabularyFamily,
     load_phase_evidence,
     load_rules,
     load_vocabulary,
@@ -546,18 +547,41 @@ class Diagnoser:
             f"error runs through {cause}'s code (line {frame.line_no}): suggestive only, read the error "
             "first."
         )
+        return self._family_diagnosis(
+            family,
+            how=("code", "low"),
+            lines=[frame, last_error],
+            note=note,
+            rule_evidence=f"A traceback frame in {cause}'s code under the last error line.",
+            stage=stage,
+            gpu_memory=gpu_memory,
+        )
+
+    def _family_diagnosis(
+        self,
+        family: VocabularyFamily,
+        *,
+        how: tuple[str, str],
+        lines: list[LogLine],
+        note: str,
+        rule_evidence: str,
+        stage: str,
+        gpu_memory: list[dict[str, int]] | None,
+    ) -> Diagnosis:
+        """A family named without a signature (`how`: rule-id prefix and confidence): by its words or code."""
+        prefix, confidence = how
         return Diagnosis(
-            cause=cause,
+            cause=family.cause,
             phase=None,
-            rule_id=f"code-{cause}",
-            confidence="low",
+            rule_id=f"{prefix}-{family.cause}",
+            confidence=confidence,
             fix=family.fix,
             source_url=None,
             stage=stage,
-            evidence=_ordered_unique([frame, last_error, *self._context_lines(), *self.terminal_lines]),
+            evidence=_ordered_unique([*lines, *self._context_lines(), *self.terminal_lines]),
             notes=[note, *self._lifetime_notes()],
             gpu_memory_at_death=gpu_memory,
-            rule_evidence=f"A traceback frame in {cause}'s code under the last error line.",
+            rule_evidence=rule_evidence,
             last_lines=list(self._meaningful),
         )
 
@@ -607,21 +631,14 @@ class Diagnoser:
             f"No specific signature matched; {len(lines)} error line(s) use the {family.cause} family's "
             "vocabulary: read them first, the cause is in their words."
         )
-        return Diagnosis(
-            cause=family.cause,
-            phase=None,
-            rule_id=f"vocabulary-{family.cause}",
-            confidence="medium",
-            fix=family.fix,
-            source_url=None,
-            stage=stage,
-            evidence=_ordered_unique(
-                [*lines[-MAX_EVIDENCE_LINES_PER_RULE:], *self._context_lines(), *self.terminal_lines]
-            ),
-            notes=[note, *self._lifetime_notes()],
-            gpu_memory_at_death=gpu_memory,
+        return self._family_diagnosis(
+            family,
+            how=("vocabulary", "medium"),
+            lines=lines[-MAX_EVIDENCE_LINES_PER_RULE:],
+            note=note,
             rule_evidence=family.evidence,
-            last_lines=list(self._meaningful),
+            stage=stage,
+            gpu_memory=gpu_memory,
         )
 
     def _unknown(self, stage: str, gpu_memory: list[dict[str, int]] | None) -> Diagnosis:
