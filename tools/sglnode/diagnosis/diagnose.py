@@ -319,7 +319,7 @@ class Diagnoser:
         # collective can fail per request while the server stays up), errors before it were survived.
         self._ready_at: int | None = None
         self._error_order: deque[int] = deque(maxlen=MAX_ERROR_LINES)
-        self._code_frames: deque[tuple[str, LogLine, int]] = deque(maxlen=MAX_CODE_FRAMES)
+        self._code_frames: deque[tuple[VocabularyFamily, LogLine, int]] = deque(maxlen=MAX_CODE_FRAMES)
         self.earlier_crashes: list[str] = []  # cause of each earlier server lifetime that went down
         self.earlier_lifetimes = 0
         # The diagnosis of the latest earlier lifetime that named a cause: a restarted server (compose
@@ -390,7 +390,7 @@ class Diagnoser:
         if self._after_frame:
             family = self.vocabulary.code_family(line.text)
             if family is not None:
-                self._code_frames.append((family.cause, line, self._fed))
+                self._code_frames.append((family, line, self._fed))
         self._recent.append(line)
         return new_hits
 
@@ -533,15 +533,11 @@ class Diagnoser:
         # Only the traceback that led to the error: Python prints it outermost first, right above the
         # exception line, so the innermost family frame decides. Frames printed after an error belong to
         # thread dumps (faulthandler lists every thread) and say nothing about the one that failed.
-        window = [
-            (cause, frame, order)
-            for cause, frame, order in self._code_frames
-            if at - TRACEBACK_LOOKBACK_LINES <= order < at
-        ]
+        window = [entry for entry in self._code_frames if at - TRACEBACK_LOOKBACK_LINES <= entry[2] < at]
         if not window:
             return None
-        cause, frame, _ = window[-1]
-        family = next(family for family in self.vocabulary.families if family.cause == cause)
+        family, frame, _ = window[-1]
+        cause = family.cause
         note = (
             "No signature matched and no error line uses a family's words; the traceback of the last "
             f"error runs through {cause}'s code (line {frame.line_no}): suggestive only, read the error "
