@@ -7,14 +7,12 @@ topology="${1:-pd-1p1d}"
 prefix="$repo_root/.sim-node"
 dir="$prefix/etc/sglang/$topology"
 reports="$prefix/var/lib/sglnode/reports/$topology"
-# The router's URL as the rollout check reached it (the topology may leave its port to the default).
-router_url="$(python3 -c 'import json, sys
+# From the rollout report, read once: the router's URL as the rollout check reached it (the topology
+# may leave its port to the default), and a server to follow (a PD topology's decode side, else the first).
+read -r router_url server < <(python3 -c 'import json, sys
 waits = json.load(open(sys.argv[1]))["waits"]
-print(next(w["url"] for w in waits if w["server"] == "router"))' "$reports/report.json")"
-# A server to follow: the decode side of a PD topology, else the first server.
-server="$(python3 -c 'import json, sys
-names = [w["server"] for w in json.load(open(sys.argv[1]))["waits"] if w["server"] != "router"]
-print(next((n for n in names if n.startswith("decode")), names[0]))' "$reports/report.json")"
+names = [w["server"] for w in waits if w["server"] != "router"]
+print(next(w["url"] for w in waits if w["server"] == "router"), next((n for n in names if n.startswith("decode")), names[0]))' "$reports/report.json")
 
 cat <<SUMMARY
 
