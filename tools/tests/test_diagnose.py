@@ -480,3 +480,21 @@ def test_torchruns_report_of_a_dead_worker_is_no_collective_failure():
         "ValueError: Tensors must be contiguous",
     ]
     assert diagnose_lines(numbered(collective)).rule_id == "code-nccl"
+
+
+def test_terminal_colour_codes_do_not_hide_an_anchored_signature():
+    # vLLM/Ray colour their prefixes in `docker logs`; a copy from a terminal keeps "[36m" without ESC.
+    coloured = [
+        "\x1b[36m(RayWorkerWrapper pid=4021)\x1b[0m INFO 01-01 loading weights",
+        "[36m(RayWorkerWrapper pid=4021)[0m Traceback (most recent call last):",
+        '[36m(RayWorkerWrapper pid=4021)[0m   File "/opt/vllm/worker/model_runner.py", line 1, in load_model',
+        "[36m(RayWorkerWrapper pid=4021)[0m torch.OutOfMemoryError: CUDA out of memory.",
+    ]
+    diagnosis = diagnose_lines(numbered(coloured))
+    assert (diagnosis.cause, diagnosis.phase) == ("oom", "weights")
+    assert all("[36m" not in line.text and "\x1b" not in line.text for line in diagnosis.evidence)
+    # glog's "E0101" must open the line for the vocabulary: after a colour code it still does.
+    glog = ["\x1b[31mE1203 12:00:01.000 12 transfer_engine.cpp:88] Failed to open segment prefill:1\x1b[0m"]
+    assert diagnose_lines(numbered(glog)).cause == "kv_transfer"
+    # A bracketed word that only looks like a colour code stays.
+    assert "[3m" in diagnose_lines(numbered(["ValueError: bad window [3m]"])).last_lines[0].text

@@ -61,6 +61,11 @@ EVIDENCE_LINE_MAX = 500
 NVIDIA_SMI_TIMEOUT_S = 5.0
 
 TRACEBACK_START_RE = re.compile(r"Traceback \(most recent call last\)")
+# Terminal colour codes: vLLM's and Ray's coloured log prefixes in `docker logs`, and the remnants a
+# copy from a terminal leaves when the ESC byte is lost ("[36m(RayWorkerWrapper pid=1)[0m"). They
+# sit before the words that anchored patterns look for (glog's "E0101", "Traceback"), so they go.
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+ANSI_REMNANT_RE = re.compile(r"\[(?:0|1|2|22|3[0-7]|39|9[0-7]|[34]8;[\d;]+)m")
 # Lines that mean the server is going down, whatever the cause.
 TERMINAL_RES: tuple[re.Pattern[str], ...] = (
     loglines.KILL_PROCESS_TREE_RE,
@@ -150,6 +155,15 @@ STAGE_OF_MARKER = {
     "cuda_graph": Stage.CUDA_GRAPH,
     "serving": Stage.SERVING,
 }
+
+
+def without_colour(text: str) -> str:
+    """The line as the process wrote it, without terminal colour codes."""
+    if "\x1b" in text:
+        text = ANSI_RE.sub("", text)
+    if "m" in text and "[" in text:
+        text = ANSI_REMNANT_RE.sub("", text)
+    return text
 
 
 def clip(text: str, limit: int = EVIDENCE_LINE_MAX) -> str:
@@ -330,6 +344,9 @@ class Diagnoser:
     def feed(self, line: LogLine, timestamp: float = 0.0) -> list[Hit]:
         """Classify one line; return the rule hits it produced."""
         self._fed += 1
+        plain = without_colour(line.text)
+        if plain != line.text:
+            line = replace(line, text=plain)
         if SERVER_START_MARKER in line.text and (self.hits or self.terminal_lines):
             self._start_new_lifetime()
         self._collect_after(line)
