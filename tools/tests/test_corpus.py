@@ -51,6 +51,8 @@ TRAIN_KNOWN_MISSES = {
     "1261-vllm-max-num-batched-tokens-smaller-than-max-model-len",
     "1268-sglang-retract-decode-no-space-left-for-one-request",
     "1272-nccl-tests-docker-socket-creation-failed",
+    "1275-bitsandbytes-compiled-without-gpu-gpu-too-old-negative",
+    "1314-xformers-fa3-hopper-invalid-argument-rtx-pro-6000-negative",
     "140-oom-runtime-verl-sglang-rollout-raytask",
     "159-oom-cudagraph-trees-torch-compile-sam",
     "192-oom-runtime-vllm-v1-vlm-profiling-underestimate",

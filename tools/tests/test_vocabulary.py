@@ -158,3 +158,33 @@ def test_an_exception_right_under_a_frame_without_source_is_an_error_line():
         ]
     )
     assert _vocabulary_only(lines).cause == "arch_unsupported"
+
+
+def test_a_debug_line_narrates_what_was_skipped_and_is_no_error_line():
+    # NATTEN logs every backend it cannot use at DEBUG before its real error; "Hopper" there is no cause.
+    assert not VOCABULARY.is_error_line(
+        "[natten.utils.checks][DEBUG] - Can't run Hopper FNA; not a CUDA tensor."
+    )
+    assert VOCABULARY.is_error_line("2026-01-01 DEBUG worker ERROR: failed to open /dev/nvidia0")
+    assert VOCABULARY.is_error_line("[ERR!] GPU Compute Capability is lower than it is required")
+
+
+def test_a_traceback_cut_inside_an_arch_gate_names_arch_support():
+    site = "/opt/venv/lib/python3.12/site-packages/flashinfer"
+    cut = [
+        "Traceback (most recent call last):",
+        f'  File "{site}/jit/core.py", line 413, in gen_jit_spec',
+        "    check_cuda_arch()",
+        f'  File "{site}/jit/core.py", line 108, in check_cuda_arch',
+        '    raise RuntimeError("FlashInfer requires GPUs',
+    ]
+    diagnosis = diagnose_lines(numbered(cut))
+    assert (diagnosis.cause, diagnosis.rule_id, diagnosis.confidence) == (
+        "arch_unsupported",
+        "code-arch_unsupported",
+        "low",
+    )
+    assert "ends inside a traceback" in diagnosis.notes[0]
+    # The same frame far above the end of the log is history, not where it stopped.
+    later = [*cut, "INFO: retrying with the triton backend", "INFO: server ready", "INFO: request done"]
+    assert diagnose_lines(numbered(later)).cause == "unknown"

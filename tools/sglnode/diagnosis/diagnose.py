@@ -54,6 +54,9 @@ MAX_LAST_LINES = 5
 MAX_ERROR_LINES = 200
 # Traceback frames in a family's code (vocabulary.yaml `code`) kept for the last-resort match.
 MAX_CODE_FRAMES = 64
+# A log that ends this close after a family's frame (the frame, its source line, a caret line) ends
+# inside that traceback: the exception line was cut.
+CUT_TRACEBACK_TAIL_LINES = 3
 # A 50 MB line is a log's (or an attacker's) mistake, not evidence: lines are cut when read and
 # when shown.
 READ_LINE_MAX = 64 * 1024
@@ -544,22 +547,38 @@ class Diagnoser:
         """Last resort: the last error's traceback runs through one family's code (SGLang's
         disaggregation package, NIXL, torch.distributed, importlib), so the error is that family's,
         whatever its own words (an internal check in the PD transfer code is a KV-transfer failure)."""
-        if not errors or not self._code_frames:
+        if not self._code_frames:
             return None
+        if not errors:
+            # A traceback cut before its exception line (a paste, a log that stops): the innermost frame
+            # at the very end is where it failed (flashinfer's check_cuda_arch, a PD transfer step).
+            family, frame, at = self._code_frames[-1]
+            if self._fed - at > CUT_TRACEBACK_TAIL_LINES:
+                return None
+            errors = [(frame, at)]
+            cut = True
+        else:
+            cut = False
         last_error, at = errors[-1]
         # Only the traceback that led to the error: Python prints it outermost first, right above the
         # exception line, so the innermost family frame decides. Frames printed after an error belong to
         # thread dumps (faulthandler lists every thread) and say nothing about the one that failed.
-        window = [entry for entry in self._code_frames if at - TRACEBACK_LOOKBACK_LINES <= entry[2] < at]
+        window = [entry for entry in self._code_frames if at - TRACEBACK_LOOKBACK_LINES <= entry[2] <= at]
         if not window:
             return None
         family, frame, _ = window[-1]
         cause = family.cause
-        note = (
-            "No signature matched and no error line uses a family's words; the traceback of the last "
-            f"error runs through {cause}'s code (line {frame.line_no}): suggestive only, read the error "
-            "first."
-        )
+        if cut:
+            note = (
+                f"No signature matched and the log ends inside a traceback, in {cause}'s code (line "
+                f"{frame.line_no}), before any exception line: suggestive only, find the full error."
+            )
+        else:
+            note = (
+                "No signature matched and no error line uses a family's words; the traceback of the last "
+                f"error runs through {cause}'s code (line {frame.line_no}): suggestive only, read the "
+                "error first."
+            )
         return self._family_diagnosis(
             family,
             how=("code", "low"),
