@@ -498,3 +498,74 @@ def test_terminal_colour_codes_do_not_hide_an_anchored_signature():
     assert diagnose_lines(numbered(glog)).cause == "kv_transfer"
     # A bracketed word that only looks like a colour code stays.
     assert "[3m" in diagnose_lines(numbered(["ValueError: bad window [3m]"])).last_lines[0].text
+
+
+SGLANG_SITE = "/sgl-workspace/sglang/python/sglang/srt"
+
+
+def test_a_traceback_cut_inside_graph_capture_names_capture_but_a_thread_dump_does_not():
+    cut = [
+        "[TP0 EP0] Scheduler hit an exception: Traceback (most recent call last):",
+        f'  File "{SGLANG_SITE}/model_executor/model_runner.py", line 1083, in init_cuda_graphs',
+        "    capture = capture_cuda_graphs(",
+        f'  File "{SGLANG_SITE}/model_executor/model_runner_components/cuda_graph_setup.py", line 246, in '
+        "capture_cuda_graphs",
+        "    decode = capture_decode_graph(model_runner=model_runner)",
+    ]
+    diagnosis = diagnose_lines(numbered(cut))
+    assert (diagnosis.cause, diagnosis.rule_id) == ("cuda_graph_capture", "code-cuda_graph_capture")
+    # faulthandler's dump lists every thread's frames ("line N in f", no comma): an idle thread in
+    # capture or PD code at the end of the log is not where the crash happened.
+    dump = [
+        "Fatal Python error: Segmentation fault",
+        "Thread 0x00007fbc5ffff640 (most recent call first):",
+        f'  File "{SGLANG_SITE}/disaggregation/common/utils.py", line 24 in get',
+    ]
+    assert diagnose_lines(numbered(dump)).cause == "unknown"
+
+
+def test_a_caret_line_under_a_logger_prefix_is_no_error_line():
+    # vLLM prefixes every traceback line with its logger's "ERROR ... core.py:1231]": the caret line
+    # under a quoted source line says nothing, so the frames above it are not "the last error".
+    prefix = "(EngineCore pid=1140) ERROR 07-15 00:27:03 core.py:1231]"
+    lines = [
+        f'{prefix}   File "/usr/local/lib/python3.12/dist-packages/vllm/v1/worker/gpu/cudagraph_utils.py", '
+        "line 360, in capture",
+        f"{prefix}     fwd = forward_fn(x)",
+        f'{prefix}   File "/usr/local/lib/python3.12/dist-packages/vllm/model.py", line 346, in _prefill',
+        f"{prefix}     hidden = self._run_model(",
+        f"{prefix}              ^^^^^^^^^^^^^^^",
+        f'{prefix}   File "/usr/local/lib/python3.12/dist-packages/vllm/model.py", line 99, in _run_model',
+        f"{prefix}     return self.model(x)",
+        f"{prefix}            ^^^^^^^^^^^^^",
+    ]
+    diagnosis = diagnose_lines(numbered(lines))
+    assert diagnosis.cause == "unknown"
+    assert all("^^^" not in line.text for line in diagnosis.last_lines)
+
+
+@pytest.mark.parametrize(
+    ("line", "cause"),
+    [
+        # the same torch message is a port in use only when the bind was refused for that
+        (
+            "RuntimeError: The server socket has failed to listen on any local network address. The server "
+            "socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).",
+            "port_in_use",
+        ),
+        (
+            "OSError: failed to bind to 0.0.0.0:80 (errno: 13 - Permission denied)",
+            "unknown",
+        ),
+        # Go's net package, its OS words localised (Windows in Turkish)
+        (
+            "Error: listen tcp 127.0.0.1:11434: bind: Normal olarak her yuva adresi i\u00e7in yaln\u0131zca "
+            "bir kullan\u0131ma izin veriliyor.",
+            "port_in_use",
+        ),
+        # ROCm's runtime reporting a GPU fault is a fault, not an engine's hang detector
+        ("HW Exception by GPU node-9 (Agent handle: 0x64ff272d8ab0) reason :GPU Hang", "unknown"),
+    ],
+)
+def test_port_and_fault_words_read_the_errno_and_the_runtime(line, cause):
+    assert diagnose_lines(numbered([line])).cause == cause

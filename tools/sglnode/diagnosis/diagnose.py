@@ -57,6 +57,7 @@ MAX_CODE_FRAMES = 64
 # A log that ends this close after a family's frame (the frame, its source line, a caret line) ends
 # inside that traceback: the exception line was cut.
 CUT_TRACEBACK_TAIL_LINES = 3
+TRACEBACK_FRAME_RE = re.compile(r'File "[^"]+", line \d+, in ')
 # A 50 MB line is a log's (or an attacker's) mistake, not evidence: lines are cut when read and
 # when shown.
 READ_LINE_MAX = 64 * 1024
@@ -129,7 +130,9 @@ ROUTINE_LINE_MARKERS: tuple[str, ...] = ("] Decode batch", "] Prefill batch", '"
 # Lines that say nothing on their own: traceback frames and separators (not "meaningful last lines").
 # Backtrace frames ("   3: 0x7f... in f") are indented; "1: ..." at column 0 is a launcher's rank prefix
 # (srun --label, torchrun --tee), whose line says as much as any other.
-FRAME_LINE_RE = re.compile(r'^\s*(?:File "|at |→|\^+$|~+$|-+$)|^\s+\d+: |^\s*$')
+# Under a logger's prefix ("(EngineCore pid=1) ERROR 07-15 00:27:03 core.py:1231]   ^^^^"), a caret line
+# is still only a pointer into the quoted source.
+FRAME_LINE_RE = re.compile(r'^\s*(?:File "|at |→|\^+$|~+$|-+$)|^\s+\d+: |^\s*$|\]\s+[\^~]+\s*$')
 
 # What `unknown` says first depends on what the log shows: a kill, no end at all, or nothing.
 UNKNOWN_KILLED = (
@@ -549,16 +552,18 @@ class Diagnoser:
         whatever its own words (an internal check in the PD transfer code is a KV-transfer failure)."""
         if not self._code_frames:
             return None
-        if not errors:
+        family, frame, at = self._code_frames[-1]
+        # A traceback frame (`line N, in f`), not a thread dump (faulthandler: `line N in f`, all threads).
+        in_traceback = TRACEBACK_FRAME_RE.search(frame.text) is not None
+        cut = (
+            in_traceback and self._fed - at <= CUT_TRACEBACK_TAIL_LINES and (not errors or errors[-1][1] < at)
+        )
+        if cut:
             # A traceback cut before its exception line (a paste, a log that stops): the innermost frame
-            # at the very end is where it failed (flashinfer's check_cuda_arch, a PD transfer step).
-            family, frame, at = self._code_frames[-1]
-            if self._fed - at > CUT_TRACEBACK_TAIL_LINES:
-                return None
+            # at the very end is where it failed (flashinfer's check_cuda_arch, SGLang's graph capture).
             errors = [(frame, at)]
-            cut = True
-        else:
-            cut = False
+        elif not errors:
+            return None
         last_error, at = errors[-1]
         # Only the traceback that led to the error: Python prints it outermost first, right above the
         # exception line, so the innermost family frame decides. Frames printed after an error belong to

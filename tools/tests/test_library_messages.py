@@ -1,0 +1,118 @@
+"""The libraries' own words for a family, read from their sources, name that family.
+
+fixtures/library-messages/*.yaml quote, from each library's source (repo, path, line), the messages
+with which kernel libraries refuse a GPU architecture and with which engines and collectives report a
+hang or a timeout. A real report quotes them with the runtime's values filled in; the test fills the
+placeholders the same way, prints the message as the library does (an exception line, a log line at
+its level) and requires the diagnosis to name the message's family. A message the rules and the
+vocabulary do not know fails here, before an operator meets it as `unknown`.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sglnode.diagnosis.diagnose import diagnose_lines, numbered
+from sglnode.diagnosis.rulebook import CAUSES
+
+MESSAGES = Path(__file__).parent / "fixtures" / "library-messages"
+KEYS = {"family", "library", "repo", "path", "line", "exception", "text"}
+# What a placeholder becomes: the values a report of this node shows (sm_120, capability 12.0).
+PLACEHOLDER_VALUES = (
+    # torch c10d's log prefix ("[PG ID 0 PG GUID 0(default_pg) Rank 0] ")
+    (re.compile(r"logPrefix"), "[PG ID 0 PG GUID 0(default_pg) Rank 0] "),
+    (re.compile(r"major", re.IGNORECASE), "12"),
+    (re.compile(r"minor", re.IGNORECASE), "0"),
+    (re.compile(r"arch|sm|cap|cc|compute", re.IGNORECASE), "120"),
+    (re.compile(r"device|gpu", re.IGNORECASE), "NVIDIA RTX PRO 6000 Blackwell Server Edition"),
+    (
+        re.compile(r"time|sec|ms|dur|elapsed|wait|num|count|size|len|rank|port|id|step|n$", re.IGNORECASE),
+        "600",
+    ),
+)
+FORMAT_RE = re.compile(
+    r"\{([^{}]*)\}"  # f-string, fmt, c10::str pieces
+    r'|%" PRI\w+ "'  # C's inttypes macros, as the helper quoted them
+    r"|%(?:\([\w]+\))?[-+ #0]*\d*(?:\.\d+)?(?:l{0,2}|z|h)[sdifuxgeErp]"
+)
+LOG_LEVELS = {"debug": "DEBUG", "info": "INFO", "warning": "WARNING", "warn": "WARNING", "error": "ERROR"}
+
+
+def fill(text: str) -> str:
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1) if match.group(1) is not None else ""
+        for pattern, filled in PLACEHOLDER_VALUES:
+            if pattern.search(name):
+                return filled
+        return re.sub(r"[^\w]+", " ", name).strip() or "600"
+
+    return FORMAT_RE.sub(value, text)
+
+
+def printed(entry: dict) -> str:
+    """The line a log shows for the message: `RuntimeError: ...`, or a log call at its level, with the
+    prefix its logger writes (NCCL's WARN, c10's glog-style LOG, Rust's tracing)."""
+    text = entry.get("rendered") or fill(entry["text"])
+    text = " ".join(text.split())
+    exception = str(entry["exception"])
+    source = Path(str(entry["path"]).split(" ")[0]).name
+    if exception == "WARN" and entry["library"] == "nccl":
+        return f"node1:4021:4090 [0] {source}:{entry['line'] or 1} NCCL WARN {text}"
+    glog = re.match(r"(?:LOG|C10D_)\(?(ERROR|FATAL|WARNING)", exception)
+    if glog:
+        return f"[rank0]:[{glog.group(1)[0]}1201 10:00:00.000000000 {source}:{entry['line'] or 1}] {text}"
+    rust = re.match(r"(?:tracing::)?(error|warn)!", exception)
+    if rust:
+        return f"2026-12-01T10:00:00.000000Z {rust.group(1).upper()} {text}"
+    if exception.startswith("printf"):  # device-side printf: the text alone, then the kernel traps
+        return text
+    level = exception.split(" ", maxsplit=1)[0].rsplit(".", 1)[-1].lower().removesuffix("_once")
+    if level in LOG_LEVELS:
+        return f"[2026-12-01 10:00:00] {LOG_LEVELS[level]} {text}"
+    raised = re.match(r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Warning|Interrupt)\b", exception)
+    if raised:
+        return f"{raised.group(0)}: {text}"
+    if exception in {"assert", "AssertionError"}:
+        return f"AssertionError: {text}"
+    # C++ checks (TORCH_CHECK, throw std::runtime_error, host asserts) surface as a RuntimeError in Python.
+    return f"RuntimeError: {text}"
+
+
+def load() -> list[dict]:
+    entries = []
+    for path in sorted(MESSAGES.glob("*.yaml")):
+        for index, entry in enumerate(yaml.safe_load(path.read_text(encoding="utf-8"))):
+            entries.append({**entry, "_id": f"{path.stem}-{index}-{entry['library']}"})
+    return entries
+
+
+ENTRIES = load()
+
+
+def test_the_quoted_messages_are_sourced_and_cover_many_libraries():
+    for entry in ENTRIES:
+        assert set(entry) >= KEYS, entry["_id"]
+        assert entry["family"] in CAUSES and entry["family"] != "oom", entry["_id"]
+        assert entry["repo"].count("/") == 1 and entry["path"], entry["_id"]
+    arch = {entry["library"] for entry in ENTRIES if entry["family"] == "arch_unsupported"}
+    assert len(arch) >= 10, arch
+
+
+def test_placeholders_are_filled_as_a_report_shows_them():
+    assert fill("requires SM{major}{minor}, got sm_{arch}") == "requires SM120, got sm_120"
+    assert fill("timed out after %d seconds on rank %(rank)s") == "timed out after 600 seconds on rank 600"
+    entry = {"library": "vllm", "path": "vllm/x.py", "line": 7}
+    assert printed({**entry, "exception": "logger.warning", "text": "hang {x}"}).endswith("WARNING hang x")
+    assert printed({**entry, "exception": "TORCH_CHECK", "text": "bad arch"}) == "RuntimeError: bad arch"
+    assert printed({**entry, "library": "nccl", "exception": "WARN", "text": "Comm %p aborted"}).endswith(
+        "x.py:7 NCCL WARN Comm 600 aborted"
+    )
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda entry: entry["_id"])
+def test_a_librarys_own_message_names_its_family(entry):
+    line = printed(entry)
+    diagnosis = diagnose_lines(numbered([line]))
+    assert diagnosis.cause == entry["family"], f"{line!r} ({entry['repo']}:{entry['path']})"
