@@ -569,3 +569,27 @@ def test_a_caret_line_under_a_logger_prefix_is_no_error_line():
 )
 def test_port_and_fault_words_read_the_errno_and_the_runtime(line, cause):
     assert diagnose_lines(numbered([line])).cause == cause
+
+
+@pytest.mark.parametrize(
+    "serving_line",
+    [
+        "2025-06-06T22:33:13.344067Z  INFO mistralrs_core::engine::logger: Throughput (T/s) 6.00, 1 running",
+        'INFO:     127.0.0.1:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+        "INFO 06-19 11:23:59 metrics.py:341] Avg prompt throughput: 3526.1 tokens/s, Running: 8 reqs",
+        '[GIN] 2024/05/01 - 10:00:00 | 200 |  1.2s |  127.0.0.1 | POST     "/api/generate"',
+    ],
+)
+def test_an_oom_after_requests_were_answered_is_a_runtime_one(serving_line):
+    # No traceback: the engines' own per-request lines are the marker that the server was serving.
+    lines = [
+        "[2026-01-01 00:00:00] Load weight begin. avail mem=94.10 GB",
+        serving_line,
+        "ERROR mistralrs_core::engine: step - Model failed with error: DriverError(CUDA_ERROR_OUT_OF_MEMORY)",
+    ]
+    diagnosis = diagnose_lines(numbered(lines))
+    assert (diagnosis.cause, diagnosis.phase) == ("oom", "runtime")
+    assert diagnosis.phase_evidence.kind == "marker"
+    assert diagnosis.phase_evidence.line.line_no == 2
+    # Without the serving line the weight-loading marker decides.
+    assert diagnose_lines(numbered([lines[0], lines[2]])).phase == "weights"

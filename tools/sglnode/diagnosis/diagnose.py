@@ -360,6 +360,8 @@ class Diagnoser:
             # A batch or an answered request: the server was serving (an OOM after it is a runtime one).
             self._markers[loglines.tp_rank(line.text)] = ("serving", line)
             self._recent.append(line)
+            # a log of nothing else still shows where it stopped (unknown's last lines)
+            self._meaningful.append(line)
             return []
         if self.tracker.feed(timestamp, line.line_no, line.text) is not None:
             self._last_milestone = line
