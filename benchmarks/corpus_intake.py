@@ -32,8 +32,11 @@ from sglnode.diagnosis.rulebook import CAUSES, OOM_PHASES
 
 REQUIRED_KEYS = ("source_url", "title", "library", "cause", "phase", "settled", "label_uncertain", "tags")
 HEADER = "# Real excerpt from a public report; the .log next to this file is quoted from it.\n"
-# Two logs sharing this share of their distinct normalised lines are one report quoted twice.
+# Two logs are one report quoted twice when the shorter one is almost all in the longer one and they
+# are of a size: a one-line item ("CUDA error: an illegal memory access was encountered") does not make
+# every longer log that quotes the same line a copy.
 NEAR_COPY_SHARE = 0.8
+NEAR_COPY_SIZE_RATIO = 0.5
 NUMBER_RE = re.compile(r"^(\d+)-")
 VOLATILE_RE = re.compile(r"0x[0-9a-f]+|\d+")
 
@@ -46,7 +49,11 @@ def normalised(lines: list[str]) -> set[str]:
 def near_copy(new: set[str], old: set[str]) -> bool:
     if not new or not old:
         return False
-    return len(new & old) / min(len(new), len(old)) >= NEAR_COPY_SHARE
+    shared = len(new & old)
+    return (
+        shared / min(len(new), len(old)) >= NEAR_COPY_SHARE
+        and shared / max(len(new), len(old)) >= NEAR_COPY_SIZE_RATIO
+    )
 
 
 def staged(staging: Path) -> list[tuple[Path, dict, list[str]]]:

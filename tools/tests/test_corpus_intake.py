@@ -85,8 +85,22 @@ def test_check_refuses_test_urls_duplicates_near_copies_and_bad_labels(corpus, t
     )
     write_item(staging, "e-oom-without-phase", OTHER_TRAIN_URL, ["CUDA out of memory here"], phase=None)
     write_item(staging, "f-copy-in-batch", "https://github.com/example/project/issues/7", OOM_LOG)
+    # a longer log that quotes a short item's line is another report
+    write_item(
+        staging,
+        "g-quotes-a-line",
+        "https://github.com/example/project/issues/8",
+        [
+            "RuntimeError: NCCL error: unhandled system error",
+            "rank 3 lost its peer",
+            "retrying 1",
+            "giving up after 3 retries",
+        ],
+        cause="nccl",
+        phase=None,
+    )
     accepted, refused = intake.check(staging)
-    assert [path.stem for path, _, _ in accepted] == ["a-good"]
+    assert [path.stem for path, _, _ in accepted] == ["a-good", "g-quotes-a-line"]
     reasons = {line.split(":")[0]: line for line in refused}
     assert "held-out test split" in reasons["b-held-out"]
     assert "already in the corpus" in reasons["c-known-url"]

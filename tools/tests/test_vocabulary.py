@@ -188,3 +188,29 @@ def test_a_traceback_cut_inside_an_arch_gate_names_arch_support():
     # The same frame far above the end of the log is history, not where it stopped.
     later = [*cut, "INFO: retrying with the triton backend", "INFO: server ready", "INFO: request done"]
     assert diagnose_lines(numbered(later)).cause == "unknown"
+
+
+def test_indented_lines_under_an_error_continue_its_message():
+    # AITER's RuntimeError spreads its message over indented lines; the family's words are on the last.
+    lines = [
+        "RuntimeError: [AITER] /workspace/aiter_meta/csrc/opus_gemm/opus_gemm.cu:540",
+        "  splitk workspace not initialized for the current CUDA stream.",
+        "  (and warm with the largest expected gemm) before HIP graph capture.",
+    ]
+    assert diagnose_lines(numbered(lines)).cause == "cuda_graph_capture"
+    # A line that is not indented ends the message: its words are its own.
+    assert diagnose_lines(numbered([lines[0], "note: graph capture is enabled"])).cause == "unknown"
+
+
+def test_warnings_do_not_name_the_family_when_the_log_has_an_error_of_its_own():
+    warning = (
+        "2025-12-20 04:38:00 - gpustack.worker.backends.vllm - WARNING - Extended KV cache for vLLM is only "
+        "supported on NVIDIA and AMD GPUs. Skipping LMCache configuration."
+    )
+    error = "2025-12-20 04:38:00 - gpustack.worker.serve_manager - ERROR - Failed to get vLLM backend image"
+    assert diagnose_lines(numbered([warning, error])).cause == "unknown"
+    # Alone, a warning in a family's words still names it (the log may hold nothing else).
+    assert diagnose_lines(numbered([warning])).cause == "kv_transfer"
+    # NCCL's WARN is its error level, not a note.
+    nccl_warn = "node1:1234:1290 [0] NCCL WARN socketProgress: Connection closed by remote peer node2<49152>"
+    assert diagnose_lines(numbered([nccl_warn, error])).cause == "nccl"

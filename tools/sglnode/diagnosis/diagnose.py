@@ -87,6 +87,9 @@ NARRATION_LEVEL_RE = re.compile(r"(?:^|[\s\[(|])(?:INFO|DEBUG)(?:[\s:\]|]|$)")
 # A collector that wraps every line at its own level (Cloud Logging's "INFO <time> [...] (EngineCore)
 # ERROR ...") does not make the engine's ERROR line a narration.
 ERROR_LEVEL_RE = re.compile(r"(?:^|[\s\[(|])(?:ERROR|CRITICAL|FATAL)(?:[\s:\]|]|$)")
+# A WARNING-level line notes what a program skipped or worked around ("Extended KV cache ... is only
+# supported on NVIDIA and AMD GPUs. Skipping LMCache configuration."); NCCL's WARN is its error level.
+WARNING_LEVEL_RE = re.compile(r"(?:^|[\s\[(|])(?:WARNING|WARN)(?:[\s:\]|]|$)")
 OOM_NARRATION_RES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^I\d{4} \d"),
     re.compile(
@@ -104,6 +107,16 @@ OOM_NARRATION_RES: tuple[re.Pattern[str], ...] = (
         re.IGNORECASE,
     ),
 )
+
+
+def is_warning_only(text: str) -> bool:
+    """A line logged at WARNING level that reports no error of its own (not NCCL's WARN level)."""
+    return (
+        WARNING_LEVEL_RE.search(text) is not None
+        and ERROR_LEVEL_RE.search(text) is None
+        and "NCCL WARN" not in text
+        and EXCEPTION_LINE_RE.search(text) is None
+    )
 
 
 def is_oom_narration(text: str) -> bool:
@@ -324,6 +337,7 @@ class Diagnoser:
         self._error_lines: deque[LogLine] = deque(maxlen=MAX_ERROR_LINES)
         self._after_frame = False
         self._error_opened = False  # the last error line ended in ":", its message follows
+        self._in_error_message = False  # indented lines right under an error line continue its message
         self.tracker = tracker if tracker is not None else ProgressTracker(started_at=0.0)
         self.hits: list[Hit] = []
         self.hit_counts: dict[str, int] = {}
@@ -405,12 +419,20 @@ class Diagnoser:
             is_frame = FRAME_RE.search(line.text) is not None
             opened = self._error_opened
             self._error_opened = False
+            continued = self._in_error_message and line.text[:1].isspace()
             quoted = self._after_frame and EXCEPTION_LINE_RE.search(line.text) is None
-            if not is_frame and not quoted and (opened or self.vocabulary.is_error_line(line.text)):
+            if (
+                not is_frame
+                and not quoted
+                and (opened or continued or self.vocabulary.is_error_line(line.text))
+            ):
                 self._error_lines.append(line)
                 self._error_order.append(self._fed)
                 # "UserWarning:" / "RuntimeError:" alone on a line: the message is on the next one.
                 self._error_opened = line.text.rstrip().endswith(":") and not opened
+                self._in_error_message = True
+            else:
+                self._in_error_message = False
         self._after_frame = FRAME_RE.search(line.text) is not None
         if self._after_frame:
             family = self.vocabulary.code_family(line.text)
@@ -662,7 +684,9 @@ class Diagnoser:
         error_lines = [line for line, _ in errors]
         if self.vocabulary.fault(error_lines) is not None:
             return None
-        found = self.vocabulary.classify(error_lines)
+        # Where the log says ERROR (or raised), its warnings are notes, not the failure's words.
+        errors_proper = [line for line in error_lines if not is_warning_only(line.text)]
+        found = self.vocabulary.classify(errors_proper or error_lines)
         if found is None:
             return self._code_match(errors, stage, gpu_memory)
         family, lines = found
