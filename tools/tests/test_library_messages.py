@@ -16,6 +16,7 @@ import yaml
 
 from sglnode.diagnosis.diagnose import diagnose_lines, numbered
 from sglnode.diagnosis.rulebook import CAUSES
+from sglnode.pins import PINS
 
 MESSAGES = Path(__file__).parent / "fixtures" / "library-messages"
 KEYS = {"family", "library", "repo", "path", "line", "exception", "text"}
@@ -26,7 +27,7 @@ PLACEHOLDER_VALUES = (
     (re.compile(r"major", re.IGNORECASE), "12"),
     (re.compile(r"minor", re.IGNORECASE), "0"),
     (re.compile(r"arch|sm|cap|cc|compute", re.IGNORECASE), "120"),
-    (re.compile(r"device|gpu", re.IGNORECASE), "NVIDIA RTX PRO 6000 Blackwell Server Edition"),
+    (re.compile(r"device|gpu", re.IGNORECASE), PINS.gpu.device_name),
     (
         re.compile(r"time|sec|ms|dur|elapsed|wait|num|count|size|len|rank|port|id|step|n$", re.IGNORECASE),
         "600",
