@@ -74,6 +74,7 @@ TRAIN_KNOWN_MISSES = {
     "1567-vllm-ascend-mooncake-layerwise-decode-zero-completed-recv",
     "1572-vllm-cpu-053-async-engine-dead-task-finished-cancelled-loop",
     "1580-vllm-simpleconnector-pynccl-pipe-kv-receiving-thread-timeout",
+    "1585-llamacpp-vulkan-device-alloc-3959422976-failed-ub8192-rx6600m",
     "159-oom-cudagraph-trees-torch-compile-sam",
     "192-oom-runtime-vllm-v1-vlm-profiling-underestimate",
     "201-oom-runtime-sglang-alloc-paged-token-slots-extend-trace",
