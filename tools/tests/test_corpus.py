@@ -76,6 +76,8 @@ TRAIN_KNOWN_MISSES = {
     "1580-vllm-simpleconnector-pynccl-pipe-kv-receiving-thread-timeout",
     "1585-llamacpp-vulkan-device-alloc-3959422976-failed-ub8192-rx6600m",
     "159-oom-cudagraph-trees-torch-compile-sam",
+    "1591-deepep-low-latency-assert-num-max-dispatch-tokens-sglang-dp",
+    "1600-sglang-ci-nixl-unit-test-kvargsregisterinfo-typeerror-kv-warning",
     "192-oom-runtime-vllm-v1-vlm-profiling-underestimate",
     "201-oom-runtime-sglang-alloc-paged-token-slots-extend-trace",
     "208-unknown-tgi-decode-cuda-graph-warmup-failed-trace-cut",

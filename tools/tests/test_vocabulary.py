@@ -214,3 +214,13 @@ def test_warnings_do_not_name_the_family_when_the_log_has_an_error_of_its_own():
     # NCCL's WARN is its error level, not a note.
     nccl_warn = "node1:1234:1290 [0] NCCL WARN socketProgress: Connection closed by remote peer node2<49152>"
     assert diagnose_lines(numbered([nccl_warn, error])).cause == "nccl"
+
+
+def test_a_launch_command_naming_timeout_flags_is_no_timeout():
+    command = (
+        "command: python -m sglang.launch_server --model-path /models/ds --tp 4 --nccl-init 0.0.0.0:5000 "
+        "--watchdog-timeout 1000 --dist-timeout 3600"
+    )
+    lines = [command, "[2026-04-26 20:56:39 TP3] Load weight begin. avail mem=138.67 GB"]
+    assert diagnose_lines(numbered(lines)).cause == "unknown"
+    assert VOCABULARY.is_error_line("RuntimeError: NCCL timeout after 3600 s")
