@@ -224,3 +224,11 @@ def test_a_launch_command_naming_timeout_flags_is_no_timeout():
     lines = [command, "[2026-04-26 20:56:39 TP3] Load weight begin. avail mem=138.67 GB"]
     assert diagnose_lines(numbered(lines)).cause == "unknown"
     assert VOCABULARY.is_error_line("RuntimeError: NCCL timeout after 3600 s")
+
+
+def test_a_refusal_printed_before_a_cuda_fault_names_its_family_and_one_after_does_not():
+    refusal = "RuntimeError: fused kernel is not available for compute capability 12.0 on this build"
+    fault = "RuntimeError: CUDA error: unspecified launch failure"
+    assert diagnose_lines(numbered([refusal, fault])).cause == "arch_unsupported"
+    # After the fault, words are its echo: the fault names no cause.
+    assert diagnose_lines(numbered([fault, refusal])).cause == "unknown"

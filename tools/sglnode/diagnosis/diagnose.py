@@ -682,13 +682,19 @@ class Diagnoser:
             ready_at = self._ready_at or 0
             errors = [(line, order) for line, order in errors if order > ready_at]
         error_lines = [line for line, _ in errors]
-        if self.vocabulary.fault(error_lines) is not None:
-            return None
+        fault_at = next(
+            (index for index, line in enumerate(error_lines) if self.vocabulary.fault([line])), None
+        )
+        if fault_at is not None:
+            # A CUDA fault names no cause and what follows it is its echo; but a family's own refusal
+            # printed before it ("This kernel is not supported on your GPU", then "unspecified launch
+            # failure") is the first error, and the fault its consequence.
+            error_lines = error_lines[:fault_at]
         # Where the log says ERROR (or raised), its warnings are notes, not the failure's words.
         errors_proper = [line for line in error_lines if not is_warning_only(line.text)]
         found = self.vocabulary.classify(errors_proper or error_lines)
         if found is None:
-            return self._code_match(errors, stage, gpu_memory)
+            return None if fault_at is not None else self._code_match(errors, stage, gpu_memory)
         family, lines = found
         note = (
             f"No specific signature matched; {len(lines)} error line(s) use the {family.cause} family's "
