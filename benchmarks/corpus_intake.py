@@ -128,6 +128,13 @@ def score(accepted: list[tuple[Path, dict, list[str]]]) -> dict:
     return bench.score(items)
 
 
+class IndentedDumper(yaml.SafeDumper):
+    """Lists indented under their key, as the corpus (and yamllint) has them."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
 def merge(accepted: list[tuple[Path, dict, list[str]]]) -> list[Path]:
     numbers = [int(m.group(1)) for p in bench.CORPUS.glob("*.yaml") if (m := NUMBER_RE.match(p.name))]
     next_number = max(numbers, default=0) + 1
@@ -140,7 +147,8 @@ def merge(accepted: list[tuple[Path, dict, list[str]]]) -> list[Path]:
         }
         body["split"] = "train"
         target.write_text(
-            HEADER + yaml.safe_dump(body, sort_keys=False, allow_unicode=True, width=100), encoding="utf-8"
+            HEADER + yaml.dump(body, Dumper=IndentedDumper, sort_keys=False, allow_unicode=True, width=100),
+            encoding="utf-8",
         )
         shutil.copyfile(meta_path.with_suffix(".log"), target.with_suffix(".log"))
         written.append(target)

@@ -120,6 +120,9 @@ def test_merge_numbers_after_the_last_item_and_sets_the_split(corpus, tmp_path):
     meta = yaml.safe_load(written[0].read_text(encoding="utf-8"))
     assert meta["split"] == "train" and meta["source_url"] == TRAIN_URL
     assert written[0].read_text(encoding="utf-8").startswith(intake.HEADER)
+    assert "\ntags:\n  - loading\n" in written[0].read_text(encoding="utf-8"), (
+        "lists indented, as yamllint wants"
+    )
     assert written[0].with_suffix(".log").read_text(encoding="utf-8").splitlines() == OOM_LOG
     # merged once, the same report is now a duplicate
     assert not intake.check(staging)[0]
