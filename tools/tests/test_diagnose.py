@@ -593,3 +593,18 @@ def test_an_oom_after_requests_were_answered_is_a_runtime_one(serving_line):
     assert diagnosis.phase_evidence.line.line_no == 2
     # Without the serving line the weight-loading marker decides.
     assert diagnose_lines(numbered([lines[0], lines[2]])).phase == "weights"
+
+
+def test_a_message_wrapped_over_two_lines_is_matched_rejoined():
+    wrapped = [
+        "ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that can be",
+        "stored in KV cache (7344). Try increasing `gpu_memory_utilization` or decreasing `max_model_len`.",
+    ]
+    diagnosis = diagnose_lines(numbered(wrapped))
+    assert (diagnosis.cause, diagnosis.phase) == ("oom", "kv_cache")
+    assert diagnosis.evidence[0].line_no == 2 and diagnosis.evidence[0].text.startswith(
+        "ValueError: The model"
+    )
+    # A line that ends its sentence is not continued by the next one.
+    ended = [wrapped[0] + " done.", wrapped[1]]
+    assert diagnose_lines(numbered(ended)).cause != "oom"

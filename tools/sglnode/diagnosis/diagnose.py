@@ -57,6 +57,8 @@ MAX_CODE_FRAMES = 64
 # A log that ends this close after a family's frame (the frame, its source line, a caret line) ends
 # inside that traceback: the exception line was cut.
 CUT_TRACEBACK_TAIL_LINES = 3
+# A line ending in one of these ends a sentence or a record: the next line is not its continuation.
+WRAP_ENDS = frozenset(".:;!?)]}>\"'")
 TRACEBACK_FRAME_RE = re.compile(r'File "[^"]+", line \d+, in ')
 # A 50 MB line is a log's (or an attacker's) mistake, not evidence: lines are cut when read and
 # when shown.
@@ -338,6 +340,7 @@ class Diagnoser:
         self._after_frame = False
         self._error_opened = False  # the last error line ended in ":", its message follows
         self._in_error_message = False  # indented lines right under an error line continue its message
+        self._previous_text = ""  # the line before, for a message wrapped over two lines
         self.tracker = tracker if tracker is not None else ProgressTracker(started_at=0.0)
         self.hits: list[Hit] = []
         self.hit_counts: dict[str, int] = {}
@@ -387,12 +390,22 @@ class Diagnoser:
             self._markers[rank] = (stage, line)
         new_hits = []
         narration: bool | None = None
+        # A message wrapped over two lines (a terminal, a blog, a report's line width) is matched rejoined.
+        joined = self._rejoined(line)
+        self._previous_text = line.text
         for rule in self.rules:
-            if rule.matches(line.text):
+            matched = line if rule.matches(line.text) else None
+            if matched is None and joined is not None and rule.matches(joined.text):
+                matched = joined
+            if matched is not None:
                 if rule.cause == "oom":
-                    narration = is_oom_narration(line.text) if narration is None else narration
-                    if narration:
-                        continue
+                    if matched is joined:
+                        if is_oom_narration(joined.text):
+                            continue
+                    else:
+                        narration = is_oom_narration(line.text) if narration is None else narration
+                        if narration:
+                            continue
                 count = self.hit_counts.get(rule.id, 0)
                 self.hit_counts[rule.id] = count + 1
                 if count >= MAX_HITS_PER_RULE:
@@ -400,7 +413,7 @@ class Diagnoser:
                 before = traceback_window(self._recent) if rule.phase == "from_context" else []
                 hit = Hit(
                     rule,
-                    line,
+                    matched,
                     self.tracker.stage_of(rank),
                     order=self._fed,
                     before=before,
@@ -440,6 +453,16 @@ class Diagnoser:
                 self._code_frames.append((family, line, self._fed))
         self._recent.append(line)
         return new_hits
+
+    def _rejoined(self, line: LogLine) -> LogLine | None:
+        """This line joined to the one before when it reads as that line's wrapped continuation: it starts
+        at column 0 with a lower-case word, and the line before ends mid-sentence."""
+        previous = self._previous_text
+        if not previous or not line.text[:1].islower() or previous.rstrip()[-1:] in WRAP_ENDS:
+            return None
+        if FRAME_RE.search(previous) or len(previous) > READ_LINE_MAX:
+            return None
+        return replace(line, text=f"{previous.rstrip()} {line.text.strip()}")
 
     def _start_new_lifetime(self) -> None:
         """A restarted server: what the earlier one died of becomes a note, not the diagnosis."""
