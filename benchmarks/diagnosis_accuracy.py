@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import signal
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -126,4 +127,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # `| head` closing the pipe ends the listing quietly, not with a traceback.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     sys.exit(main())
