@@ -56,17 +56,24 @@ def near_copy(new: set[str], old: set[str]) -> bool:
     )
 
 
-def staged(staging: Path) -> list[tuple[Path, dict, list[str]]]:
-    items = []
+def staged(staging: Path) -> list[tuple[Path, object, list[str]]]:
+    """Each staged pair; a yaml that does not parse, or files that are not UTF-8, come back as a
+    problem string in place of the metadata (check refuses them, saying why)."""
+    items: list[tuple[Path, object, list[str]]] = []
     for meta_path in sorted(staging.glob("*.yaml")):
         log_path = meta_path.with_suffix(".log")
-        meta = yaml.safe_load(meta_path.read_text(encoding="utf-8"))
-        lines = log_path.read_text(encoding="utf-8").splitlines() if log_path.exists() else []
+        try:
+            meta: object = yaml.safe_load(meta_path.read_text(encoding="utf-8"))
+            lines = log_path.read_text(encoding="utf-8").splitlines() if log_path.exists() else []
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            meta, lines = f"unreadable: {type(exc).__name__}: {str(exc).splitlines()[0]}", []
         items.append((meta_path, meta, lines))
     return items
 
 
 def problems(meta: object, lines: list[str]) -> list[str]:
+    if isinstance(meta, str) and meta.startswith("unreadable: "):
+        return [meta]
     if not isinstance(meta, dict):
         return ["the yaml is not a mapping"]
     found = [f"missing key {key}" for key in REQUIRED_KEYS if key not in meta]
@@ -114,6 +121,7 @@ def check(staging: Path) -> tuple[list[tuple[Path, dict, list[str]]], list[str]]
         if found:
             refused.append(f"{meta_path.stem}: " + "; ".join(found))
             continue
+        assert isinstance(meta, dict)  # problems() refused anything else
         seen_urls.add(url)
         accepted.append((meta_path, meta, lines))
     return accepted, refused
@@ -174,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     for line in refused:
         print(f"refused {line}")
     print(f"{len(accepted)} accepted, {len(refused)} refused")
+    if args.command == "merge" and refused:
+        # A batch goes in whole or not at all: nothing is numbered in while part of it is refused.
+        print("corpus_intake: nothing merged; fix or remove the refused items first", file=sys.stderr)
+        return 1
     if args.command == "score" and accepted:
         result = score(accepted)
         print(
@@ -188,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "merge":
         for path in merge(accepted):
             print(f"merged {path.name}")
-    return 0 if not refused or args.command != "check" else 1
+    return 1 if refused and args.command == "check" else 0
 
 
 if __name__ == "__main__":

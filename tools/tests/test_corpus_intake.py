@@ -142,3 +142,20 @@ def test_score_is_the_current_rules_on_the_batch(corpus, tmp_path):
     result = intake.score(intake.check(staging)[0])
     assert result["items"] == 2 and result["right"] == 1
     assert [miss[0] for miss in result["misses"]] == ["mislabelled"]
+
+
+def test_merge_takes_a_batch_whole_or_not_at_all_and_bad_yaml_is_a_refusal(corpus, tmp_path, capsys):
+    staging = tmp_path / "staging"
+    write_item(staging, "a-good", TRAIN_URL, OOM_LOG)
+    (staging / "b-broken.yaml").write_text("source_url: [unclosed\n", encoding="utf-8")
+    (staging / "b-broken.log").write_text("RuntimeError: x\n", encoding="utf-8")
+    assert intake.main(["merge", str(staging)]) == 1
+    out = capsys.readouterr()
+    assert "refused b-broken: unreadable: " in out.out and "nothing merged" in out.err
+    assert sorted(path.name for path in corpus.glob("*.yaml")) == [
+        "7-known-train-item.yaml",
+        "9-known-test-item.yaml",
+    ]
+    (staging / "b-broken.yaml").unlink()
+    assert intake.main(["merge", str(staging)]) == 0
+    assert (corpus / "10-a-good.yaml").exists()
