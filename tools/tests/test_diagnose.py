@@ -608,3 +608,9 @@ def test_a_message_wrapped_over_two_lines_is_matched_rejoined():
     # A line that ends its sentence is not continued by the next one.
     ended = [wrapped[0] + " done.", wrapped[1]]
     assert diagnose_lines(numbered(ended)).cause != "oom"
+    # A rule the first line matches on its own keeps that line; the continuation is no second hit.
+    oom = [
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        "of which 10 MiB is free",
+    ]
+    assert [line.line_no for line in diagnose_lines(numbered(oom)).evidence] == [1]

@@ -341,6 +341,7 @@ class Diagnoser:
         self._error_opened = False  # the last error line ended in ":", its message follows
         self._in_error_message = False  # indented lines right under an error line continue its message
         self._previous_text = ""  # the line before, for a message wrapped over two lines
+        self._previous_rules: set[str] = set()  # the rules that line matched
         self.tracker = tracker if tracker is not None else ProgressTracker(started_at=0.0)
         self.hits: list[Hit] = []
         self.hit_counts: dict[str, int] = {}
@@ -379,6 +380,7 @@ class Diagnoser:
             self._recent.append(line)
             # a log of nothing else still shows where it stopped (unknown's last lines)
             self._meaningful.append(line)
+            self._previous_text, self._previous_rules = "", set()
             return []
         if self.tracker.feed(timestamp, line.line_no, line.text) is not None:
             self._last_milestone = line
@@ -392,11 +394,20 @@ class Diagnoser:
         narration: bool | None = None
         # A message wrapped over two lines (a terminal, a blog, a report's line width) is matched rejoined.
         joined = self._rejoined(line)
+        matched_before, self._previous_rules = self._previous_rules, set()
         self._previous_text = line.text
         for rule in self.rules:
             matched = line if rule.matches(line.text) else None
-            if matched is None and joined is not None and rule.matches(joined.text):
+            # (a rule the line before matched on its own already has that line as its hit)
+            if (
+                matched is None
+                and joined is not None
+                and rule.id not in matched_before
+                and rule.matches(joined.text)
+            ):
                 matched = joined
+            if matched is not None:
+                self._previous_rules.add(rule.id)
             if matched is not None:
                 if rule.cause == "oom":
                     if matched is joined:
