@@ -35,7 +35,7 @@ PLACEHOLDER_VALUES = (
 )
 FORMAT_RE = re.compile(
     r"\{([^{}]*)\}"  # f-string, fmt, c10::str pieces
-    r'|%" PRI\w+ "'  # C's inttypes macros, as the helper quoted them
+    r'|%" PRI\w+ "'  # C's inttypes macros ("%" PRId64 "s"), as the fixtures quote the C source
     r"|%(?:\([\w]+\))?[-+ #0]*\d*(?:\.\d+)?(?:l{0,2}|z|h)[sdifuxgeErp]"
 )
 LOG_LEVELS = {"debug": "DEBUG", "info": "INFO", "warning": "WARNING", "warn": "WARNING", "error": "ERROR"}
