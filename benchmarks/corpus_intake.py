@@ -127,13 +127,12 @@ def check(staging: Path) -> tuple[list[tuple[Path, dict, list[str]]], list[str]]
     return accepted, refused
 
 
-def label_of(meta: dict) -> str:
-    return f"{meta['cause']}({meta['phase']})" if meta["phase"] else meta["cause"]
+def as_items(accepted: list[tuple[Path, dict, list[str]]]) -> list[bench.Item]:
+    return [bench.Item(path.stem, {**meta, "split": "train"}, lines) for path, meta, lines in accepted]
 
 
 def score(accepted: list[tuple[Path, dict, list[str]]]) -> dict:
-    items = [bench.Item(path.stem, {**meta, "split": "train"}, lines) for path, meta, lines in accepted]
-    return bench.score(items)
+    return bench.score(as_items(accepted))
 
 
 class IndentedDumper(yaml.SafeDumper):
@@ -193,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             f"false OOM {result['false_oom']}"
         )
         print(bench.format_matrix(result))
-        labels = Counter(label_of(meta) for _, meta, _ in accepted)
+        labels = Counter(item.label for item in as_items(accepted))
         print("labels: " + ", ".join(f"{label} {n}" for label, n in labels.most_common()))
         for name, label, guess in result["misses"]:
             print(f"  miss {name}: label {label}, diagnosed {guess}")

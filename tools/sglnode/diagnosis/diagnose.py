@@ -81,17 +81,23 @@ TERMINAL_RES: tuple[re.Pattern[str], ...] = (
     loglines.SCHEDULER_DIED_RE,
 )
 
+
 # An OOM verdict needs OOM wording in an error, not in a line that narrates or advises: an
 # INFO/DEBUG-level log line (vLLM's "If you are running out of memory, consider ...", a KV-cache
 # allocation note, glog's I-lines) or advice text ("to avoid running out of memory") is never the
 # evidence of an OOM, whatever it says about memory.
-NARRATION_LEVEL_RE = re.compile(r"(?:^|[\s\[(|])(?:INFO|DEBUG)(?:[\s:\]|]|$)")
+def level_re(*levels: str) -> re.Pattern[str]:
+    """A log level as a word of its own, however the logger frames it ("INFO", "[INFO]", "| INFO |")."""
+    return re.compile(r"(?:^|[\s\[(|])(?:" + "|".join(levels) + r")(?:[\s:\]|]|$)")
+
+
+NARRATION_LEVEL_RE = level_re("INFO", "DEBUG")
 # A collector that wraps every line at its own level (Cloud Logging's "INFO <time> [...] (EngineCore)
 # ERROR ...") does not make the engine's ERROR line a narration.
-ERROR_LEVEL_RE = re.compile(r"(?:^|[\s\[(|])(?:ERROR|CRITICAL|FATAL)(?:[\s:\]|]|$)")
+ERROR_LEVEL_RE = level_re("ERROR", "CRITICAL", "FATAL")
 # A WARNING-level line notes what a program skipped or worked around ("Extended KV cache ... is only
 # supported on NVIDIA and AMD GPUs. Skipping LMCache configuration."); NCCL's WARN is its error level.
-WARNING_LEVEL_RE = re.compile(r"(?:^|[\s\[(|])(?:WARNING|WARN)(?:[\s:\]|]|$)")
+WARNING_LEVEL_RE = level_re("WARNING", "WARN")
 OOM_NARRATION_RES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^I\d{4} \d"),
     re.compile(
@@ -408,15 +414,14 @@ class Diagnoser:
                 matched = joined
             if matched is not None:
                 self._previous_rules.add(rule.id)
-            if matched is not None:
                 if rule.cause == "oom":
-                    if matched is joined:
-                        if is_oom_narration(joined.text):
-                            continue
-                    else:
+                    if matched is line:  # (the line's answer is the same for every OOM rule: asked once)
                         narration = is_oom_narration(line.text) if narration is None else narration
-                        if narration:
-                            continue
+                        narrated = narration
+                    else:
+                        narrated = is_oom_narration(matched.text)
+                    if narrated:
+                        continue
                 count = self.hit_counts.get(rule.id, 0)
                 self.hit_counts[rule.id] = count + 1
                 if count >= MAX_HITS_PER_RULE:
@@ -619,10 +624,11 @@ class Diagnoser:
         if cut:
             # A traceback cut before its exception line (a paste, a log that stops): the innermost frame
             # at the very end is where it failed (flashinfer's check_cuda_arch, SGLang's graph capture).
-            errors = [(frame, at)]
-        elif not errors:
+            last_error = frame
+        elif errors:
+            last_error, at = errors[-1]
+        else:
             return None
-        last_error, at = errors[-1]
         # Only the traceback that led to the error: Python prints it outermost first, right above the
         # exception line, so the innermost family frame decides. Frames printed after an error belong to
         # thread dumps (faulthandler lists every thread) and say nothing about the one that failed.
