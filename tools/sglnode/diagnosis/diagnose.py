@@ -18,6 +18,7 @@ evidence lines cut to EVIDENCE_LINE_MAX characters.
 
 from __future__ import annotations
 
+import html
 import re
 import shutil
 import subprocess
@@ -72,6 +73,43 @@ TRACEBACK_START_RE = re.compile(r"Traceback \(most recent call last\)")
 # sit before the words that anchored patterns look for (glog's "E0101", "Traceback"), so they go.
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 ANSI_REMNANT_RE = re.compile(r"\[(?:0|1|2|22|3[0-7]|39|9[0-7]|[34]8;[\d;]+)m")
+# What carried a line to the reader sits before it: a log shipper's prefix (docker compose's
+# "sglang-1  | ", journald's "Dec 01 12:00:00 node python3[42]: ", `docker/kubectl logs --timestamps`'
+# RFC 3339 stamp) or a report's quote marker ("> "). Anchored patterns ("Traceback", SGLang's own
+# "[date TP0] " prefix, argparse's "usage:") and the column-0 rules (wrapped lines, rank prefixes) look
+# at what the process wrote, so the carrier's prefix goes. The kernel's journald lines keep theirs: the
+# host OOM killer's evidence reads "kernel:".
+CARRIER_PREFIX_RES: tuple[re.Pattern[str], ...] = (
+    re.compile(r"^[A-Za-z0-9][\w.-]*[-_]\d+\s+\| ?"),
+    re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ (?!kernel:)[\w.@/-]+(?:\[\d+\])?: "),
+    re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+(?:Z|[+-]\d\d:\d\d) "),
+    re.compile(r"^> ?"),
+)
+# A copy from a web page (a forum, a blog, a rendered issue) trades the log's characters for
+# typography: non-breaking and zero-width spaces, curly quotes, an ellipsis character, and HTML
+# entities where the page escaped the text. Patterns are written in the log's own characters.
+TYPOGRAPHY = str.maketrans(
+    {
+        "\xa0": " ",
+        "\u2007": " ",
+        "\u202f": " ",
+        "\u200b": None,
+        "\u200c": None,
+        "\u200d": None,
+        "\ufeff": None,
+        "\u201c": '"',
+        "\u201d": '"',
+        "\u201e": '"',
+        "\u2033": '"',
+        "\u2018": "'",
+        "\u2019": "'",
+        "\u201a": "'",
+        "\u2032": "'",
+        "\u2026": "...",
+    }
+)
+TYPOGRAPHY_CHARS = frozenset(chr(code) for code in TYPOGRAPHY)
+HTML_ENTITY_RE = re.compile(r"&(?:#\d+|#x[0-9a-fA-F]+|[A-Za-z]+);")
 # Lines that mean the server is going down, whatever the cause.
 TERMINAL_RES: tuple[re.Pattern[str], ...] = (
     loglines.KILL_PROCESS_TREE_RE,
@@ -190,6 +228,25 @@ def without_colour(text: str) -> str:
         text = ANSI_RE.sub("", text)
     if "m" in text and "[" in text:
         text = ANSI_REMNANT_RE.sub("", text)
+    return text
+
+
+def as_written(text: str) -> str:
+    """The line as the process wrote it: without terminal colours, without the prefix of what carried
+    it (a log shipper, a quote), and in the log's characters rather than a web page's typography."""
+    text = without_colour(text)
+    for _ in range(2):  # a shipper's prefix over a quote, or a stamp over compose's prefix
+        for pattern in CARRIER_PREFIX_RES:
+            match = pattern.match(text)
+            if match:
+                text = text[match.end() :]
+                break
+        else:
+            break
+    if not text.isascii() and not TYPOGRAPHY_CHARS.isdisjoint(text):
+        text = text.translate(TYPOGRAPHY)
+    if "&" in text and HTML_ENTITY_RE.search(text):
+        text = html.unescape(text)
     return text
 
 
@@ -374,7 +431,7 @@ class Diagnoser:
     def feed(self, line: LogLine, timestamp: float = 0.0) -> list[Hit]:
         """Classify one line; return the rule hits it produced."""
         self._fed += 1
-        plain = without_colour(line.text)
+        plain = as_written(line.text)
         if plain != line.text:
             line = replace(line, text=plain)
         if SERVER_START_MARKER in line.text and (self.hits or self.terminal_lines):

@@ -1,0 +1,87 @@
+"""A log reaches `sglnode diagnose` through something: `docker compose logs`, journald, `kubectl logs
+--timestamps`, a quote in a report, a copy from a web page. What carried it must not change the
+diagnosis: every train excerpt of the corpus, carried each way, gets the answer it gets as written.
+
+(Train only: the held-out split is scored by the benchmark and nothing else.)
+"""
+
+import html
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from sglnode.diagnosis.diagnose import Diagnoser, LogLine, as_written, diagnose_lines, numbered
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import diagnosis_accuracy as bench  # noqa: E402
+
+from sglnode.readiness.startup import Stage  # noqa: E402
+
+TRAIN = [item for item in bench.load_corpus() if item.meta["split"] == "train"]
+
+
+def answer(lines: list[str]) -> str:
+    diagnosis = diagnose_lines(numbered(lines, source="carried"))
+    return f"{diagnosis.cause}({diagnosis.phase})" if diagnosis.phase else diagnosis.cause
+
+
+def web_typography(line: str) -> str:
+    """What a rendered page makes of a line: non-breaking spaces, curly quotes."""
+    curly = re.sub(r'"([^"]*)"', "\u201c\\1\u201d", line).replace("'", "\u2019")
+    return curly.replace(" ", "\xa0")
+
+
+CARRIERS: dict[str, Callable[[int, str], str]] = {
+    "docker compose logs": lambda _, line: f"sglang-decode-1  | {line}",
+    "journald": lambda n, line: f"Dec 01 12:{n // 60 % 60:02d}:{n % 60:02d} gpu-node-1 python3[4242]: {line}",
+    "logs --timestamps": lambda n, line: f"2026-12-01T12:00:{n % 60:02d}.123456789Z {line}",
+    "a report's quote": lambda _, line: f"> {line}",
+    "a web page's typography": lambda _, line: web_typography(line),
+    "HTML-escaped text": lambda _, line: html.escape(line),
+    "compose over --timestamps": lambda n, line: f"router-1  | 2026-12-01T12:00:{n % 60:02d}.5Z {line}",
+}
+
+
+@pytest.fixture(scope="module")
+def as_written_answers() -> dict[str, str]:
+    return {item.name: answer(item.lines) for item in TRAIN}
+
+
+@pytest.mark.parametrize("carrier", CARRIERS)
+def test_what_carried_a_log_does_not_change_its_diagnosis(carrier, as_written_answers):
+    carry = CARRIERS[carrier]
+    carried = {item.name: answer([carry(n, line) for n, line in enumerate(item.lines)]) for item in TRAIN}
+    changed = [
+        f"{name}: {as_written_answers[name]} as written, {got} carried"
+        for name, got in carried.items()
+        if got != as_written_answers[name]
+    ]
+    assert not changed, "\n".join(changed)
+
+
+def test_the_kernels_journald_lines_keep_their_prefix():
+    # The host OOM killer's evidence names the kernel; journald's prefix for it is part of the evidence.
+    line = "May 19 08:46:24 ubuntu kernel: [107061.602328] main invoked oom-killer: gfp_mask=0x1100dca"
+    assert as_written(line) == line
+    assert as_written("May 19 08:46:24 ubuntu python3[42]: Traceback (most recent call last):") == (
+        "Traceback (most recent call last):"
+    )
+
+
+def test_sglang_milestones_under_a_compose_prefix_still_move_the_stage():
+    # `docker compose logs -f` is what `sglnode wait` may follow: SGLang's "[date TP0] " prefix must
+    # still open the line, or the line's rank is lost (each rank's stage places an OOM's phase).
+    diagnoser = Diagnoser()
+    diagnoser.feed(LogLine(1, "sglang-1  | [2026-12-01 12:00:00 TP1] Load weight begin. avail mem=94.50 GB"))
+    assert diagnoser.tracker.rank_stages == {1: Stage.WEIGHTS}
+
+
+def test_a_bar_inside_a_line_and_a_hyphenated_name_are_not_a_carrier():
+    # Only a compose-style "name-N  | " at column 0 is a shipper's prefix.
+    lines = ("[GIN] 2024/05/01 - 12:00:00 | 200 |  1.2ms | POST /v1/chat", "TP0 | rank 0 ready", "gpu-0 ok")
+    for line in lines:
+        assert as_written(line) == line
