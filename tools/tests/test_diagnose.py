@@ -614,3 +614,15 @@ def test_a_message_wrapped_over_two_lines_is_matched_rejoined():
         "of which 10 MiB is free",
     ]
     assert [line.line_no for line in diagnose_lines(numbered(oom)).evidence] == [1]
+
+
+def test_a_long_line_wrapped_before_a_capitalised_word_is_matched_rejoined():
+    # A report's line width cuts anywhere: here between UCX's component and its level.
+    wrapped = [
+        "[1784621081.896649] [kimi-k2-disagg-prefill-92c6hc-07210529-pod:537  :1]       srd_iface.c:221  UCX",
+        "ERROR send completion[0] with error on rdmap132s0/0x55cf4425cfb0: Work Request Flushed Error",
+    ]
+    assert diagnose_lines(numbered(wrapped)).cause == "kv_transfer"
+    # A short line is a line of its own: a capitalised line under it starts anew.
+    short = ["[1784621081.896649] [pod:537 :1] srd_iface.c:221  UCX", wrapped[1]]
+    assert diagnose_lines(numbered(short)).cause != "kv_transfer"

@@ -58,6 +58,9 @@ MAX_CODE_FRAMES = 64
 # A log that ends this close after a family's frame (the frame, its source line, a caret line) ends
 # inside that traceback: the exception line was cut.
 CUT_TRACEBACK_TAIL_LINES = 3
+# A line this long that ends mid-sentence met its reader's line width: the next line at column 0 may
+# continue it whatever its first letter (a shorter line is continued only by a lower-case word).
+WRAPPED_LINE_MIN = 72
 # A line ending in one of these ends a sentence or a record: the next line is not its continuation.
 WRAP_ENDS = frozenset(".:;!?)]}>\"'")
 TRACEBACK_FRAME_RE = re.compile(r'File "[^"]+", line \d+, in ')
@@ -529,9 +532,13 @@ class Diagnoser:
 
     def _rejoined(self, line: LogLine) -> LogLine | None:
         """This line joined to the one before when it reads as that line's wrapped continuation: it starts
-        at column 0 with a lower-case word, and the line before ends mid-sentence."""
+        at column 0, the line before ends mid-sentence, and either this line starts with a lower-case
+        word or the one before is as long as a wrapped line."""
         previous = self._previous_text
-        if not previous or not line.text[:1].islower() or previous.rstrip()[-1:] in WRAP_ENDS:
+        first = line.text[:1]
+        if not previous or not first or first.isspace() or previous.rstrip()[-1:] in WRAP_ENDS:
+            return None
+        if not first.islower() and len(previous) < WRAPPED_LINE_MIN:
             return None
         if FRAME_RE.search(previous) or len(previous) > READ_LINE_MAX:
             return None
