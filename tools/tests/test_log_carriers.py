@@ -1,6 +1,7 @@
 """A log reaches `sglnode diagnose` through something: `docker compose logs`, journald, `kubectl logs
---timestamps`, a quote in a report, a copy from a web page. What carried it must not change the
-diagnosis: every train excerpt of the corpus, carried each way, gets the answer it gets as written.
+--timestamps`, a launcher's rank prefix, a quote in a report, a copy from a web page. What carried
+it must not change the diagnosis: every train excerpt of the corpus, carried each way, gets the
+answer it gets as written.
 
 (Train only: the held-out split is scored by the benchmark and nothing else.)
 """
@@ -43,6 +44,12 @@ CARRIERS: dict[str, Callable[[int, str], str]] = {
     "a web page's typography": lambda _, line: web_typography(line),
     "HTML-escaped text": lambda _, line: html.escape(line),
     "compose over --timestamps": lambda n, line: f"router-1  | 2026-12-01T12:00:{n % 60:02d}.5Z {line}",
+    # launchers name the process that spoke
+    "torchrun's rank": lambda n, line: f"[rank{n % 4}]: {line}",
+    "torchrun --tee": lambda n, line: f"[default{n % 4}]:{line}",
+    "srun --label": lambda n, line: f"{n % 4}: {line}",
+    "Ray's worker": lambda _, line: f"(RayWorkerWrapper pid=4242, ip=10.0.0.2) {line}",
+    "vLLM's engine core over compose": lambda _, line: f"vllm-1  | (EngineCore_DP0 pid=4242) {line}",
 }
 
 

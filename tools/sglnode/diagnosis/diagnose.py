@@ -78,15 +78,20 @@ ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"
 ANSI_REMNANT_RE = re.compile(r"\[(?:0|1|2|22|3[0-7]|39|9[0-7]|[34]8;[\d;]+)m")
 # What carried a line to the reader sits before it: a log shipper's prefix (docker compose's
 # "sglang-1  | ", journald's "Dec 01 12:00:00 node python3[42]: ", `docker/kubectl logs --timestamps`'
-# RFC 3339 stamp) or a report's quote marker ("> "). Anchored patterns ("Traceback", SGLang's own
-# "[date TP0] " prefix, argparse's "usage:") and the column-0 rules (wrapped lines, rank prefixes) look
-# at what the process wrote, so the carrier's prefix goes. The kernel's journald lines keep theirs: the
-# host OOM killer's evidence reads "kernel:".
+# RFC 3339 stamp), a launcher's rank, or a report's quote marker ("> "). Anchored patterns
+# ("Traceback", SGLang's own "[date TP0] " prefix, argparse's "usage:") and the column-0 rules (wrapped
+# lines) look at what the process wrote, so the carrier's prefix goes. The kernel's journald lines keep
+# theirs: the host OOM killer's evidence reads "kernel:".
 CARRIER_PREFIX_RES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^[A-Za-z0-9][\w.-]*[-_]\d+\s+\| ?"),
     re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ (?!kernel:)[\w.@/-]+(?:\[\d+\])?: "),
     re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+(?:Z|[+-]\d\d:\d\d) "),
     re.compile(r"^> ?"),
+    # a launcher's word for which process spoke: torchrun's "[rank0]: " and "[default0]:", srun --label's
+    # "0: ", Ray's and vLLM's "(RayWorkerWrapper pid=42, ip=10.0.0.2) " and "(EngineCore_DP0 pid=42) "
+    re.compile(r"^\[(?:rank|default)\d+\]: ?"),
+    re.compile(r"^\d{1,4}: "),
+    re.compile(r"^\([A-Za-z_][\w.-]*(?: [A-Z]+\d+)* pid=\d+(?:, ip=[\d.]+)?\) "),
 )
 # A copy from a web page (a forum, a blog, a rendered issue) trades the log's characters for
 # typography: non-breaking and zero-width spaces, curly quotes, an ellipsis character, and HTML
@@ -238,7 +243,7 @@ def as_written(text: str) -> str:
     """The line as the process wrote it: without terminal colours, without the prefix of what carried
     it (a log shipper, a quote), and in the log's characters rather than a web page's typography."""
     text = without_colour(text)
-    for _ in range(2):  # a shipper's prefix over a quote, or a stamp over compose's prefix
+    for _ in range(3):  # compose's prefix over a stamp over a launcher's, a shipper's over a quote
         for pattern in CARRIER_PREFIX_RES:
             match = pattern.match(text)
             if match:
