@@ -81,6 +81,8 @@ TRAIN_KNOWN_MISSES = {
     "1642-sglang-ascend-pd-mooncake-context-corruption-gloo-abort",
     "1663-aibrix-vineyard-rpc-socket-getaddrinfo-failed-kvcache-connect",
     "1670-flashinfer-windows-jit-nvcc-fatal-single-input-file-cuda13-zh",
+    "1701-vllm-llama32-90b-vision-fp8-tp2-stuck-after-long-context-warning",
+    "1706-minimax-m2-vllm-0110-model-architecture-not-supported-validation",
     "192-oom-runtime-vllm-v1-vlm-profiling-underestimate",
     "201-oom-runtime-sglang-alloc-paged-token-slots-extend-trace",
     "208-unknown-tgi-decode-cuda-graph-warmup-failed-trace-cut",
