@@ -5,10 +5,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from yamllint import linter
+from yamllint.config import YamlLintConfig
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 import corpus_intake as intake  # noqa: E402
+from diagnosis_accuracy import split_of as bench_split  # noqa: E402
 
 TRAIN_URL = "https://github.com/example/project/issues/2"
 OTHER_TRAIN_URL = "https://github.com/example/project/issues/4"
@@ -126,6 +129,19 @@ def test_merge_numbers_after_the_last_item_and_sets_the_split(corpus, tmp_path):
     assert written[0].with_suffix(".log").read_text(encoding="utf-8").splitlines() == OOM_LOG
     # merged once, the same report is now a duplicate
     assert not intake.check(staging)[0]
+
+
+def test_merge_writes_what_yamllint_accepts_even_for_a_url_too_long_to_fold(corpus, tmp_path):
+    long_url = next(
+        url for n in range(100) if bench_split(url := f"{TRAIN_URL}/{'deep/' * 40}{n}.log") == "train"
+    )
+    staging = tmp_path / "staging"
+    write_item(staging, "long-url", long_url, OOM_LOG)
+    written = intake.merge(intake.check(staging)[0])
+    text = written[0].read_text(encoding="utf-8")
+    config = YamlLintConfig(file=str(REPO / ".yamllint"))
+    assert [problem.desc for problem in linter.run(text, config)] == []
+    assert yaml.safe_load(text)["source_url"] == long_url
 
 
 def test_score_is_the_current_rules_on_the_batch(corpus, tmp_path):
