@@ -49,6 +49,8 @@ CARRIERS: dict[str, Callable[[int, str], str]] = {
     "torchrun --tee": lambda n, line: f"[default{n % 4}]:{line}",
     "srun --label": lambda n, line: f"{n % 4}: {line}",
     "Ray's worker": lambda _, line: f"(RayWorkerWrapper pid=4242, ip=10.0.0.2) {line}",
+    "Ray Serve's replica": lambda _, line: f"(ServeReplica:default:VLLMDeployment pid=4242) {line}",
+    "vLLM's TP worker": lambda n, line: f"(VllmWorker TP{n % 2} pid=4242) {line}",
     "vLLM's engine core over compose": lambda _, line: f"vllm-1  | (EngineCore_DP0 pid=4242) {line}",
 }
 
@@ -92,3 +94,12 @@ def test_a_bar_inside_a_line_and_a_hyphenated_name_are_not_a_carrier():
     lines = ("[GIN] 2024/05/01 - 12:00:00 | 200 |  1.2ms | POST /v1/chat", "TP0 | rank 0 ready", "gpu-0 ok")
     for line in lines:
         assert as_written(line) == line
+
+
+def test_evidence_shows_the_line_with_what_carried_it():
+    # Rules read the line as the process wrote it; the reader still sees which container said it.
+    line = "sglang-prefill-1  | [2026-12-01 12:00:00 TP0] RuntimeError: NIXL_ERR_BACKEND: transfer failed"
+    diagnosis = diagnose_lines(numbered([line]))
+    assert diagnosis.cause == "kv_transfer"
+    assert diagnosis.to_json()["evidence"][0]["text"] == line
+    assert f"log:1: {line}" in diagnosis.render()

@@ -91,7 +91,7 @@ CARRIER_PREFIX_RES: tuple[re.Pattern[str], ...] = (
     # "0: ", Ray's and vLLM's "(RayWorkerWrapper pid=42, ip=10.0.0.2) " and "(EngineCore_DP0 pid=42) "
     re.compile(r"^\[(?:rank|default)\d+\]: ?"),
     re.compile(r"^\d{1,4}: "),
-    re.compile(r"^\([A-Za-z_][\w.-]*(?: [A-Z]+\d+)* pid=\d+(?:, ip=[\d.]+)?\) "),
+    re.compile(r"^\((?:[A-Za-z_][\w.:-]*(?: [\w=]+)*? )?pid=\d+(?:, ip=[\d.]+)?\) "),
 )
 # A copy from a web page (a forum, a blog, a rendered issue) trades the log's characters for
 # typography: non-breaking and zero-width spaces, curly quotes, an ellipsis character, and HTML
@@ -239,15 +239,16 @@ def without_colour(text: str) -> str:
     return text
 
 
-def as_written(text: str) -> str:
-    """The line as the process wrote it: without terminal colours, without the prefix of what carried
-    it (a log shipper, a quote), and in the log's characters rather than a web page's typography."""
+def split_carrier(text: str) -> tuple[str, str]:
+    """What carried the line (a log shipper's or a launcher's prefix, a quote), and the line as the
+    process wrote it: without terminal colours, in the log's characters rather than a web page's."""
     text = without_colour(text)
+    carrier = ""
     for _ in range(3):  # compose's prefix over a stamp over a launcher's, a shipper's over a quote
         for pattern in CARRIER_PREFIX_RES:
             match = pattern.match(text)
             if match:
-                text = text[match.end() :]
+                carrier, text = carrier + text[: match.end()], text[match.end() :]
                 break
         else:
             break
@@ -255,7 +256,12 @@ def as_written(text: str) -> str:
         text = text.translate(TYPOGRAPHY)
     if "&" in text and HTML_ENTITY_RE.search(text):
         text = html.unescape(text)
-    return text
+    return carrier, text
+
+
+def as_written(text: str) -> str:
+    """The line as the process wrote it (split_carrier, without what carried it)."""
+    return split_carrier(text)[1]
 
 
 def clip(text: str, limit: int = EVIDENCE_LINE_MAX) -> str:
@@ -272,9 +278,15 @@ class LogLine:
     line_no: int
     text: str
     source: str = "log"
+    # what carried the line (split_carrier): rules read `text`; the reader sees the line whole
+    carrier: str = ""
+
+    @property
+    def shown(self) -> str:
+        return self.carrier + self.text
 
     def to_json(self) -> dict[str, Any]:
-        return {"line_no": self.line_no, "text": clip(self.text), "source": self.source}
+        return {"line_no": self.line_no, "text": clip(self.shown), "source": self.source}
 
 
 @dataclass
@@ -358,10 +370,10 @@ class Diagnosis:
         if self.rule_id:
             lines.append(f"rule: {self.rule_id}   source: {self.source_url}")
         lines.append("evidence:")
-        lines.extend(f"  {line.source}:{line.line_no}: {clip(line.text)}" for line in self.evidence)
+        lines.extend(f"  {line.source}:{line.line_no}: {clip(line.shown)}" for line in self.evidence)
         if self.last_lines:
             lines.append("last lines:")
-            lines.extend(f"  {line.source}:{line.line_no}: {clip(line.text)}" for line in self.last_lines)
+            lines.extend(f"  {line.source}:{line.line_no}: {clip(line.shown)}" for line in self.last_lines)
         if self.fix:
             lines.append(f"fix: {self.fix}")
         lines.extend(f"note: {note}" for note in self.notes)
@@ -439,9 +451,9 @@ class Diagnoser:
     def feed(self, line: LogLine, timestamp: float = 0.0) -> list[Hit]:
         """Classify one line; return the rule hits it produced."""
         self._fed += 1
-        plain = as_written(line.text)
+        carrier, plain = split_carrier(line.text)
         if plain != line.text:
-            line = replace(line, text=plain)
+            line = replace(line, text=plain, carrier=carrier)
         if SERVER_START_MARKER in line.text and (self.hits or self.terminal_lines):
             self._start_new_lifetime()
         self._collect_after(line)
