@@ -626,3 +626,31 @@ def test_a_long_line_wrapped_before_a_capitalised_word_is_matched_rejoined():
     # A short line is a line of its own: a capitalised line under it starts anew.
     short = ["[1784621081.896649] [pod:537 :1] srd_iface.c:221  UCX", wrapped[1]]
     assert diagnose_lines(numbered(short)).cause != "kv_transfer"
+
+
+def test_a_warning_that_says_what_it_does_instead_is_no_failure():
+    # vLLM on this GPU at every start: the all-reduce takes another path and the server goes on.
+    fallback = (
+        "WARNING 08-19 10:00:00 [symm_mem.py:54] SymmMemCommunicator: Device capability 12.0 not supported, "
+        "communicator is not available."
+    )
+    assert diagnose_lines(numbered([fallback])).cause == "unknown"
+    # The same words as an error still count, and a fallback does not hide the failure after it.
+    assert diagnose_lines(numbered([fallback.replace("WARNING", "ERROR")])).cause == "arch_unsupported"
+    fault = "RuntimeError: CUDA error: no kernel image is available for execution on the device"
+    assert diagnose_lines(numbered([fallback, fault])).cause == "arch_unsupported"
+    # A transport that is only "not available" is no fallback (UCX without cuda_ipc breaks NIXL).
+    ucx = "[1746690477.97] [llm206:611 :0] ucp_context.c:1268 UCX  WARN  transports 'cuda_ipc' not available"
+    assert diagnose_lines(numbered([ucx])).cause == "kv_transfer"
+
+
+def test_an_info_line_reports_a_failure_only_in_so_many_words():
+    # vLLM shutting down on a SIGTERM narrates its abort mode; a health check that failed says so.
+    shutdown = [
+        "(APIServer pid=551751) INFO 08-21 10:24:34 [launcher.py:116] [shutdown] API server: stopping engine "
+        "client mode=abort timeout=0s",
+        "(EngineCore pid=552076) INFO 08-21 10:24:34 [core.py:1333] [shutdown] EngineCore: start mode=abort",
+    ]
+    assert diagnose_lines(numbered(shutdown)).cause == "unknown"
+    health = "[Router (Rust)] 2025-03-08 02:33:09 - INFO - Worker http://0.0.0.0:31000 health check failed"
+    assert diagnose_lines(numbered([health])).cause == "watchdog_timeout"

@@ -209,8 +209,11 @@ def test_warnings_do_not_name_the_family_when_the_log_has_an_error_of_its_own():
     )
     error = "2025-12-20 04:38:00 - gpustack.worker.serve_manager - ERROR - Failed to get vLLM backend image"
     assert diagnose_lines(numbered([warning, error])).cause == "unknown"
-    # Alone, a warning in a family's words still names it (the log may hold nothing else).
-    assert diagnose_lines(numbered([warning])).cause == "kv_transfer"
+    # Alone, a warning in a family's words still names it (the log may hold nothing else)...
+    refusal = warning.replace(" Skipping LMCache configuration.", "").replace("cache", "cache (LMCache)")
+    assert diagnose_lines(numbered([refusal])).cause == "kv_transfer"
+    # ...unless it says what the program does instead: the server went on without it.
+    assert diagnose_lines(numbered([warning])).cause == "unknown"
     # NCCL's WARN is its error level, not a note.
     nccl_warn = "node1:1234:1290 [0] NCCL WARN socketProgress: Connection closed by remote peer node2<49152>"
     assert diagnose_lines(numbered([nccl_warn, error])).cause == "nccl"

@@ -173,6 +173,23 @@ def is_warning_only(text: str) -> bool:
     )
 
 
+# A warning that names what the program does instead ("Cannot use FA version 3 on Blackwell platform,
+# defaulting to FA version 2"; vLLM's SymmMemCommunicator "Device capability 12.0 not supported,
+# communicator is not available", printed at every start on this GPU, after which the all-reduce takes
+# another path) reports a fallback the server went on with, not the failure that stopped it. A thing
+# that is merely "not available" (UCX's missing cuda_ipc transport) is no fallback.
+FALLBACK_RE = re.compile(
+    r"\b(?:falls? back|falling back|defaulting to|(?:is|are|will be) disabled|disabling|skipping|"
+    r"will not be used|communicator is not available|(?:using|use) \S+(?: \S+){0,3} instead)\b",
+    re.IGNORECASE,
+)
+
+
+def is_fallback_notice(text: str) -> bool:
+    """A WARNING-level line that says what the program does instead of what it could not do."""
+    return is_warning_only(text) and FALLBACK_RE.search(text) is not None
+
+
 def is_oom_narration(text: str) -> bool:
     """A line that talks about memory without reporting a failed allocation."""
     if NARRATION_LEVEL_RE.search(text) and not ERROR_LEVEL_RE.search(text):
@@ -499,6 +516,8 @@ class Diagnoser:
                         narrated = is_oom_narration(matched.text)
                     if narrated:
                         continue
+                elif is_fallback_notice(matched.text):
+                    continue
                 count = self.hit_counts.get(rule.id, 0)
                 self.hit_counts[rule.id] = count + 1
                 if count >= MAX_HITS_PER_RULE:
@@ -531,6 +550,7 @@ class Diagnoser:
                 not is_frame
                 and not quoted
                 and (opened or continued or self.vocabulary.is_error_line(line.text))
+                and not is_fallback_notice(line.text)
             ):
                 self._error_lines.append(line)
                 self._error_order.append(self._fed)
