@@ -36,6 +36,14 @@ def web_typography(line: str) -> str:
     return curly.replace(" ", "\xa0")
 
 
+PYTHON_FRAME_RE = re.compile(r'^(\s*)File "(/[^"]+)", line (\d+), in (\w+)$')
+
+
+def ipython_frame(line: str) -> str:
+    """A frame as IPython (Jupyter) prints it: path:line and the qualified function with its arguments."""
+    return PYTHON_FRAME_RE.sub(lambda m: f"File {m[2]}:{m[3]}, in Runner.{m[4]}(self, *args)", line)
+
+
 CARRIERS: dict[str, Callable[[int, str], str]] = {
     "docker compose logs": lambda _, line: f"sglang-decode-1  | {line}",
     "journald": lambda n, line: f"Dec 01 12:{n // 60 % 60:02d}:{n % 60:02d} gpu-node-1 python3[4242]: {line}",
@@ -52,6 +60,8 @@ CARRIERS: dict[str, Callable[[int, str], str]] = {
     "Ray Serve's replica": lambda _, line: f"(ServeReplica:default:VLLMDeployment pid=4242) {line}",
     "vLLM's TP worker": lambda n, line: f"(VllmWorker TP{n % 2} pid=4242) {line}",
     "vLLM's engine core over compose": lambda _, line: f"vllm-1  | (EngineCore_DP0 pid=4242) {line}",
+    # a traceback printed by IPython (a notebook) instead of Python
+    "Jupyter's traceback frames": lambda _, line: ipython_frame(line),
 }
 
 

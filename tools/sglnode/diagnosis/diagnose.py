@@ -118,6 +118,9 @@ TYPOGRAPHY = str.maketrans(
 )
 TYPOGRAPHY_CHARS = frozenset(chr(code) for code in TYPOGRAPHY)
 HTML_ENTITY_RE = re.compile(r"&(?:#\d+|#x[0-9a-fA-F]+|[A-Za-z]+);")
+# IPython's (Jupyter's) traceback names a frame "File /path/x.py:12, in Class.method(self, ...)"; rules,
+# phase frames and the family code read Python's own "  File "/path/x.py", line 12, in method".
+IPYTHON_FRAME_RE = re.compile(r"^(\s*)File ([~/.\w\\:-][^,]*?):(\d+), in (?:[\w<>]+\.)*([\w<>]+)\(.*\)\s*$")
 # Lines that mean the server is going down, whatever the cause.
 TERMINAL_RES: tuple[re.Pattern[str], ...] = (
     loglines.KILL_PROCESS_TREE_RE,
@@ -273,6 +276,9 @@ def split_carrier(text: str) -> tuple[str, str]:
         text = text.translate(TYPOGRAPHY)
     if "&" in text and HTML_ENTITY_RE.search(text):
         text = html.unescape(text)
+    if text.lstrip().startswith("File ") and (frame := IPYTHON_FRAME_RE.match(text)):
+        indent, path, line_no, function = frame.groups()
+        text = f'{indent}  File "{path}", line {line_no}, in {function}'
     return carrier, text
 
 
