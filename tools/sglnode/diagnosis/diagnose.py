@@ -93,6 +93,8 @@ CARRIER_PREFIX_RES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^\d{1,4}: "),
     re.compile(r"^\((?:[A-Za-z_][\w.:-]*(?: [\w=]+)*? )?pid=\d+(?:, ip=[\d.]+)?\) "),
 )
+# (one alternation, tried once per line: most lines carry nothing, and a 200 MB log has millions)
+CARRIER_PREFIX_RE = re.compile("|".join(f"(?:{pattern.pattern})" for pattern in CARRIER_PREFIX_RES))
 # A copy from a web page (a forum, a blog, a rendered issue) trades the log's characters for
 # typography: non-breaking and zero-width spaces, curly quotes, an ellipsis character, and HTML
 # entities where the page escaped the text. Patterns are written in the log's own characters.
@@ -264,19 +266,18 @@ def split_carrier(text: str) -> tuple[str, str]:
     process wrote it: without terminal colours, in the log's characters rather than a web page's."""
     text = without_colour(text)
     carrier = ""
-    for _ in range(3):  # compose's prefix over a stamp over a launcher's, a shipper's over a quote
-        for pattern in CARRIER_PREFIX_RES:
-            match = pattern.match(text)
-            if match:
-                carrier, text = carrier + text[: match.end()], text[match.end() :]
-                break
-        else:
+    # (SGLang's own "[2026-..." opens most lines of its log, and no carrier starts so)
+    for _ in range(0 if text[:1] == "[" and text[1:2] not in ("r", "d") else 3):
+        # compose's prefix over a stamp over a launcher's, a shipper's over a quote
+        match = CARRIER_PREFIX_RE.match(text)
+        if match is None or not match.end():
             break
+        carrier, text = carrier + text[: match.end()], text[match.end() :]
     if not text.isascii() and not TYPOGRAPHY_CHARS.isdisjoint(text):
         text = text.translate(TYPOGRAPHY)
     if "&" in text and HTML_ENTITY_RE.search(text):
         text = html.unescape(text)
-    if text.lstrip().startswith("File ") and (frame := IPYTHON_FRAME_RE.match(text)):
+    if "File " in text and (frame := IPYTHON_FRAME_RE.match(text)):
         indent, path, line_no, function = frame.groups()
         text = f'{indent}  File "{path}", line {line_no}, in {function}'
     return carrier, text
