@@ -101,7 +101,6 @@ TRAIN_KNOWN_MISSES = {
     "661-oom-runtime-vllm-cumem-allocator-wake-up-out-of-memory",
     "665-nccl-sglang-segfault-in-all-reduce-multinode",
     "803-trtllm-executor-creation-insufficient-gpu-memory",
-    "808-transformers-generate-oom-textgen-webui",
     "865-sglang-prefill-rejects-request-without-bootstrap-room",
     "868-nixl-agent-create-libfabric-allocate-mask-invalid",
     "875-sglang-omni-nixl-put-timeout-invalid-load-key",

@@ -654,3 +654,20 @@ def test_an_info_line_reports_a_failure_only_in_so_many_words():
     assert diagnose_lines(numbered(shutdown)).cause == "unknown"
     health = "[Router (Rust)] 2025-03-08 02:33:09 - INFO - Worker http://0.0.0.0:31000 health check failed"
     assert diagnose_lines(numbered([health])).cause == "watchdog_timeout"
+
+
+def test_requests_answered_after_an_oom_place_it_at_runtime():
+    # No marker before it, but the server went on answering: a loading, sizing or capture OOM ends it.
+    oom = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 166.00 MiB (GPU 0; 8.00 GiB total "
+        "capacity; 6.93 GiB already allocated; 0 bytes free; 7.22 GiB reserved in total by PyTorch)"
+    )
+    served = 'INFO:     127.0.0.1:50412 - "POST /v1/chat/completions HTTP/1.1" 500 Internal Server Error'
+    diagnosis = diagnose_lines(numbered([oom, served]))
+    assert (diagnosis.cause, diagnosis.phase) == ("oom", "runtime")
+    assert diagnosis.phase_evidence.kind == "served" and diagnosis.phase_evidence.line.line_no == 2
+    # A startup marker before the OOM still decides: it says where the process was when it failed.
+    loading = "[2026-12-01 12:00:00 TP0] Load weight begin. avail mem=94.50 GB"
+    assert diagnose_lines(numbered([loading, oom, served])).phase == "weights"
+    # Nothing after it: the stage reached.
+    assert diagnose_lines(numbered([oom])).phase_evidence.kind == "stage"

@@ -329,7 +329,7 @@ class Hit:
 @dataclass(frozen=True)
 class PhaseDecision:
     phase: str
-    kind: str  # message | frame | marker | forward | stage
+    kind: str  # message | frame | marker | served | forward | stage
     line: LogLine | None
 
     def note(self) -> str:
@@ -341,6 +341,10 @@ class PhaseDecision:
             "forward": (
                 f"phase {self.phase}: no phase frame or startup marker; a forward-pass frame{where} says the "
                 "model was computing, not loading"
+            ),
+            "served": (
+                f"phase {self.phase}: the server answered requests after the error{where}, which only a "
+                "runtime OOM leaves it able to do"
             ),
             "stage": f"phase {self.phase}: no frame or marker says more; the last stage reached",
         }[self.kind]
@@ -692,6 +696,10 @@ class Diagnoser:
         )
         return replace(earlier, notes=[*earlier.notes, note], gpu_memory_at_death=gpu_memory)
 
+    def _is_request_line(self, text: str) -> bool:
+        routine = any(marker in text for marker in ROUTINE_LINE_MARKERS)
+        return routine or self.phase_evidence.is_request_line(text)
+
     def decide_phase(self, hit: Hit) -> PhaseDecision | None:
         """Where an OOM happened: the message, the outermost phase frame, the last marker, a forward-pass
         frame, or the stage."""
@@ -709,6 +717,11 @@ class Diagnoser:
         if hit.marker is not None:
             stage, line = hit.marker
             return PhaseDecision(STAGE_TO_OOM_PHASE[STAGE_OF_MARKER[stage]], "marker", line)
+        # Requests answered after it: the server outlived the OOM, which a loading, sizing or capture
+        # OOM does not allow.
+        served = next((line for line in hit.after if self._is_request_line(line.text)), None)
+        if served is not None:
+            return PhaseDecision(STAGE_TO_OOM_PHASE[Stage.SERVING], "served", served)
         around = (*hit.before, hit.line, *hit.after)
         forward = next((line for line in around if self.phase_evidence.is_forward_frame(line.text)), None)
         if forward is not None:

@@ -248,6 +248,10 @@ class PhaseEvidence:
     markers: tuple[tuple[str, tuple[re.Pattern[str], ...]], ...]  # (stage, patterns)
     forward: tuple[re.Pattern[str], ...] = ()  # frames of a forward pass: runtime when nothing else says
     forward_phase: str = "runtime"
+    requests: tuple[re.Pattern[str], ...] = ()  # the serving markers that are requests being answered
+
+    def is_request_line(self, line: str) -> bool:
+        return any(pattern.search(line) for pattern in self.requests)
 
     def is_forward_frame(self, line: str) -> bool:
         return any(pattern.search(line) for pattern in self.forward)
@@ -275,10 +279,16 @@ def parse_phase_evidence(data: dict[str, Any]) -> PhaseEvidence:
             raise RuleError(f"phases.yaml: frame phase {entry.get('phase')!r} not one of {OOM_PHASES}")
         frames.append((entry["phase"], _compile(f"frames:{entry['phase']}", entry.get("patterns"))))
     markers = []
+    requests: list[re.Pattern[str]] = []
     for entry in data.get("markers") or []:
         if entry.get("stage") not in MARKER_STAGES:
             raise RuleError(f"phases.yaml: marker stage {entry.get('stage')!r} not one of {MARKER_STAGES}")
-        markers.append((entry["stage"], _compile(f"markers:{entry['stage']}", entry.get("patterns"))))
+        if entry.get("requests") and entry["stage"] != "serving":
+            raise RuleError(f"phases.yaml: requests marks serving markers only, not {entry['stage']!r}")
+        patterns = _compile(f"markers:{entry['stage']}", entry.get("patterns"))
+        markers.append((entry["stage"], patterns))
+        if entry.get("requests"):
+            requests.extend(patterns)
     forward = data.get("forward") or {}
     if forward and forward.get("phase") not in OOM_PHASES:
         raise RuleError(f"phases.yaml: forward phase {forward.get('phase')!r} not one of {OOM_PHASES}")
@@ -287,6 +297,7 @@ def parse_phase_evidence(data: dict[str, Any]) -> PhaseEvidence:
         tuple(markers),
         _compile("forward", forward.get("patterns")) if forward else (),
         forward.get("phase", "runtime"),
+        tuple(requests),
     )
 
 
