@@ -87,6 +87,8 @@ TRAIN_KNOWN_MISSES = {
     "1750-vllm-ds4-mtp2-serve-failed-keyerror-mtp-block-deepgemm-undefined-symbol",
     "1760-vllm-fa2-sm121a-build-cute-tensor-hpp-missing-dgx-spark",
     "1765-mistral-7b-vllm-awq-cannot-find-quant-config-file",
+    "1768-sglang-ascend-pd-prefill-gloo-rank-not-connected-server-start-timeout",
+    "1776-vllm-085-tp4-ray-placement-group-waits-for-gpus-then-sigterm",
     "192-oom-runtime-vllm-v1-vlm-profiling-underestimate",
     "201-oom-runtime-sglang-alloc-paged-token-slots-extend-trace",
     "208-unknown-tgi-decode-cuda-graph-warmup-failed-trace-cut",

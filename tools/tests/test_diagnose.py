@@ -671,3 +671,31 @@ def test_requests_answered_after_an_oom_place_it_at_runtime():
     assert diagnose_lines(numbered([loading, oom, served])).phase == "weights"
     # Nothing after it: the stage reached.
     assert diagnose_lines(numbered([oom])).phase_evidence.kind == "stage"
+
+
+def test_an_error_raised_by_a_module_while_it_is_imported_is_an_import_failure():
+    # flashinfer.comm on Python 3.11: its top level raises a TypeError, so `import flashinfer.comm` fails.
+    traceback = [
+        "Traceback (most recent call last):",
+        '  File "/srv/app/serve.py", line 3, in <module>',
+        "    run()",
+        '  File "/venv/lib/python3.11/site-packages/vllm/compilation/fusion.py", line 90, in run',
+        "    import flashinfer.comm as _flashinfer_comm",
+        '  File "/venv/lib/python3.11/site-packages/flashinfer/comm/fd_exchange.py", line 55, in <module>',
+        "    def _fd_ancillary(fd: int) -> tuple[tuple[int, int, array.array[int]]]:",
+        "TypeError: type 'array.array' is not subscriptable",
+    ]
+    diagnosis = diagnose_lines(numbered(traceback))
+    assert (diagnosis.cause, diagnosis.rule_id) == ("import_error", "code-import_error")
+    # The script's own top level is no import, nor is a module `python -m` runs.
+    script = [traceback[0], traceback[1], "    run()", traceback[-1]]
+    assert diagnose_lines(numbered(script)).cause == "unknown"
+    runpy = [
+        traceback[0],
+        '  File "/usr/lib/python3.11/runpy.py", line 88, in _run_code',
+        "    exec(code, run_globals)",
+        '  File "/venv/lib/python3.11/site-packages/sglang/launch_server.py", line 14, in <module>',
+        "    main()",
+        traceback[-1],
+    ]
+    assert diagnose_lines(numbered(runpy)).cause == "unknown"

@@ -235,3 +235,14 @@ def test_a_refusal_printed_before_a_cuda_fault_names_its_family_and_one_after_do
     assert diagnose_lines(numbered([refusal, fault])).cause == "arch_unsupported"
     # After the fault, words are its echo: the fault names no cause.
     assert diagnose_lines(numbered([fault, refusal])).cause == "unknown"
+
+
+def test_vllms_state_dump_before_a_fatal_error_is_no_error_line():
+    # dump_input.py prints the scheduler's state (requests, kv_transfer_params) before the traceback;
+    # the failure is the traceback's, whatever words the dumped state holds.
+    dump = (
+        "(EngineCore_DP0 pid=999197) ERROR 11-01 12:31:40 [dump_input.py:79] NewRequestData(req_id=x, "
+        "kv_transfer_params=None, error=None)"
+    )
+    assert not VOCABULARY.is_error_line(dump)
+    assert VOCABULARY.is_error_line(dump.replace("[dump_input.py:79]", "[core.py:710]"))

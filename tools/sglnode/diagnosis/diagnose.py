@@ -469,6 +469,8 @@ class Diagnoser:
         self._ready_at: int | None = None
         self._error_order: deque[int] = deque(maxlen=MAX_ERROR_LINES)
         self._code_frames: deque[tuple[VocabularyFamily, LogLine, int]] = deque(maxlen=MAX_CODE_FRAMES)
+        # The frames of the traceback being printed (feed order): its innermost one says where it raised.
+        self._traceback_frames: deque[tuple[LogLine, int]] = deque(maxlen=MAX_CODE_FRAMES)
         self.earlier_crashes: list[str] = []  # cause of each earlier server lifetime that went down
         self.earlier_lifetimes = 0
         # The diagnosis of the latest earlier lifetime that named a cause: a restarted server (compose
@@ -570,7 +572,11 @@ class Diagnoser:
                 self._in_error_message = True
             else:
                 self._in_error_message = False
+        if TRACEBACK_START_RE.search(line.text):
+            self._traceback_frames.clear()
         self._after_frame = FRAME_RE.search(line.text) is not None
+        if self._after_frame and TRACEBACK_FRAME_RE.search(line.text):
+            self._traceback_frames.append((line, self._fed))
         if self._after_frame:
             family = self.vocabulary.code_family(line.text)
             if family is not None:
@@ -610,6 +616,7 @@ class Diagnoser:
         self._error_lines.clear()
         self._error_order.clear()
         self._code_frames.clear()
+        self._traceback_frames.clear()
         self._ready_at = None
         self._recent.clear()
         self.tracker.restart()
@@ -734,6 +741,22 @@ class Diagnoser:
         """Last resort: the last error's traceback runs through one family's code (SGLang's
         disaggregation package, NIXL, torch.distributed, importlib), so the error is that family's,
         whatever its own words (an internal check in the PD transfer code is a KV-transfer failure)."""
+        imported = self._import_time_frame(errors)
+        if imported is not None:
+            frame, last_error = imported
+            return self._family_diagnosis(
+                self.vocabulary.family("import_error"),
+                how=("code", "low"),
+                lines=[frame, last_error],
+                note=(
+                    "No signature matched and no error line uses a family's words; the last error was raised "
+                    f"by a module's top-level code while it was being imported (line {frame.line_no}): the "
+                    "import failed. Suggestive only, read the error first."
+                ),
+                rule_evidence="The last error's innermost traceback frame is an imported module's top level.",
+                stage=stage,
+                gpu_memory=gpu_memory,
+            )
         if not self._code_frames:
             return None
         family, frame, at = self._code_frames[-1]
@@ -778,6 +801,21 @@ class Diagnoser:
             stage=stage,
             gpu_memory=gpu_memory,
         )
+
+    def _import_time_frame(self, errors: list[tuple[LogLine, int]]) -> tuple[LogLine, LogLine] | None:
+        """The innermost frame of the last error's traceback, when it is a module's top level ("in
+        <module>") below other frames: code that runs only because something imported it. (The
+        outermost <module> is the script itself; runpy's `python -m` runs a module's top level too.)"""
+        if not errors or len(self._traceback_frames) < 2:
+            return None
+        last_error, at = errors[-1]
+        frames = [(line, order) for line, order in self._traceback_frames if order < at]
+        if len(frames) < 2 or at - frames[-1][1] > CUT_TRACEBACK_TAIL_LINES + 2:
+            return None
+        innermost, caller = frames[-1][0], frames[-2][0]
+        if not innermost.text.rstrip().endswith("in <module>") or "runpy.py" in caller.text:
+            return None
+        return innermost, last_error
 
     def _family_diagnosis(
         self,

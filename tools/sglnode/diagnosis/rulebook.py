@@ -351,6 +351,9 @@ class Vocabulary:
                 return family
         return None
 
+    def family(self, cause: str) -> VocabularyFamily:
+        return next(family for family in self.families if family.cause == cause)
+
     def is_error_line(self, line: str) -> bool:
         return self.error_line.search(line) is not None and self.benign.search(line) is None
 
