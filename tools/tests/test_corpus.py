@@ -89,6 +89,7 @@ TRAIN_KNOWN_MISSES = {
     "1765-mistral-7b-vllm-awq-cannot-find-quant-config-file",
     "1768-sglang-ascend-pd-prefill-gloo-rank-not-connected-server-start-timeout",
     "1776-vllm-085-tp4-ray-placement-group-waits-for-gpus-then-sigterm",
+    "1787-sglang-v0512-3090-glm-air-marlin-moe-size-k-not-divisible-b-scales",
     "192-oom-runtime-vllm-v1-vlm-profiling-underestimate",
     "201-oom-runtime-sglang-alloc-paged-token-slots-extend-trace",
     "208-unknown-tgi-decode-cuda-graph-warmup-failed-trace-cut",
