@@ -90,6 +90,7 @@ TRAIN_KNOWN_MISSES = {
     "1768-sglang-ascend-pd-prefill-gloo-rank-not-connected-server-start-timeout",
     "1776-vllm-085-tp4-ray-placement-group-waits-for-gpus-then-sigterm",
     "1787-sglang-v0512-3090-glm-air-marlin-moe-size-k-not-divisible-b-scales",
+    "1791-ollama-vulkan-llama32-3b-131k-ctx-kv-cache-cpu-buffer-alloc-failed",
     "192-oom-runtime-vllm-v1-vlm-profiling-underestimate",
     "201-oom-runtime-sglang-alloc-paged-token-slots-extend-trace",
     "208-unknown-tgi-decode-cuda-graph-warmup-failed-trace-cut",
