@@ -19,7 +19,7 @@ from sglnode.diagnosis.diagnose import (
     read_gpu_memory,
     traceback_window,
 )
-from sglnode.diagnosis.rulebook import load_phase_evidence
+from sglnode.diagnosis.rulebook import RuleError, load_phase_evidence, parse_phase_evidence
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 # 20k routine lines take ~0.05 s here; a generous bound that still fails if the fast path breaks.
@@ -699,3 +699,14 @@ def test_an_error_raised_by_a_module_while_it_is_imported_is_an_import_failure()
         traceback[-1],
     ]
     assert diagnose_lines(numbered(runpy)).cause == "unknown"
+
+
+def test_only_serving_markers_can_be_requests_answered():
+    # "requests" says the server lived on to answer more; a loading or sizing marker cannot say that.
+    loading = {"stage": "weights", "requests": True, "patterns": ["Load weight"]}
+    with pytest.raises(RuleError, match="requests marks serving markers only"):
+        parse_phase_evidence({"markers": [loading]})
+    answered = {"stage": "serving", "requests": True, "patterns": ["200 OK"]}
+    evidence = parse_phase_evidence({"markers": [answered]})
+    assert evidence.is_request_line('"POST /generate HTTP/1.1" 200 OK')
+    assert not evidence.is_request_line("The server is fired up and ready to roll!")
