@@ -216,6 +216,13 @@ MAX_EARLIER_LIFETIMES = 20
 # SGLang's high-volume serving lines (per-batch stats, HTTP access log) never carry a failure or a
 # startup milestone; skipping them keeps offline diagnosis of day-long logs fast (~10x).
 ROUTINE_LINE_MARKERS: tuple[str, ...] = ("] Decode batch", "] Prefill batch", '" 200 OK')
+
+
+def is_routine(text: str) -> bool:
+    """One of SGLang's per-batch or per-request lines: the server was serving."""
+    return any(marker in text for marker in ROUTINE_LINE_MARKERS)
+
+
 # Lines that say nothing on their own: traceback frames and separators (not "meaningful last lines").
 # Backtrace frames ("   3: 0x7f... in f") are indented; "1: ..." at column 0 is a launcher's rank prefix
 # (srun --label, torchrun --tee), whose line says as much as any other.
@@ -487,7 +494,7 @@ class Diagnoser:
         if SERVER_START_MARKER in line.text and (self.hits or self.terminal_lines):
             self._start_new_lifetime()
         self._collect_after(line)
-        if any(marker in line.text for marker in ROUTINE_LINE_MARKERS):
+        if is_routine(line.text):
             # A batch or an answered request: the server was serving (an OOM after it is a runtime one).
             self._markers[loglines.tp_rank(line.text)] = ("serving", line)
             self._recent.append(line)
@@ -704,8 +711,7 @@ class Diagnoser:
         return replace(earlier, notes=[*earlier.notes, note], gpu_memory_at_death=gpu_memory)
 
     def _is_request_line(self, text: str) -> bool:
-        routine = any(marker in text for marker in ROUTINE_LINE_MARKERS)
-        return routine or self.phase_evidence.is_request_line(text)
+        return is_routine(text) or self.phase_evidence.is_request_line(text)
 
     def decide_phase(self, hit: Hit) -> PhaseDecision | None:
         """Where an OOM happened: the message, the outermost phase frame, the last marker, a forward-pass
