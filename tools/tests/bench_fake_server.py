@@ -41,7 +41,7 @@ class FakeServer:
     requests_seen: int = 0
     bodies: list[dict] = field(default_factory=list)
     headers: list[bytes] = field(default_factory=list)
-    # perf_counter times at which each streamed response's first token chunk was written:
+    # perf_counter times just before each streamed response's first (last) token chunk was written:
     # the truth a client's TTFT is compared with (the server's own sleep may overshoot).
     first_token_sent: list[float] = field(default_factory=list)
     last_token_sent: list[float] = field(default_factory=list)
@@ -202,11 +202,13 @@ class FakeServer:
                 await asyncio.sleep(b.itl_s)
             k = min(b.chunk_tokens, total - sent)
             sent += k
+            # Both stamps are taken just before the write, so a client's receive time is never
+            # earlier than its stamp (after the write, a busy loop could stamp the last one late).
             if sent == k:
                 self.first_token_sent.append(time.perf_counter())
-            await send(self._event(api, "tok " * k, sent, total))
             if sent == total:
                 self.last_token_sent.append(time.perf_counter())
+            await send(self._event(api, "tok " * k, sent, total))
             if b.disconnect_after_tokens is not None and sent >= b.disconnect_after_tokens:
                 writer.transport.abort()
                 return False

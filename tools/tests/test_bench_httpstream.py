@@ -52,8 +52,11 @@ def test_paced_tokens_give_the_injected_ttft_and_exact_counts(api):
     assert true_ttft <= record.ttft_s <= true_ttft + 0.02 * 0.5
     assert record.ttft_s == pytest.approx(0.5, rel=0.1)
     assert itl.count == 11 and itl.zeros == 0
-    # The ITL samples add up to the decode time the server actually took (first to last token).
-    assert sum(itl.nonzero) == pytest.approx(true_decode, abs=0.005)
+    # The ITL samples add up to the client's first-to-last token time: the decode time the server
+    # took, less how late the first token arrived (measured above), plus how late the last one did
+    # (the same 2 % allowance). A fixed tolerance flaked when the first read came late on a busy host.
+    first_late = record.ttft_s - true_ttft
+    assert true_decode - first_late - 1e-6 <= sum(itl.nonzero) <= true_decode + 0.02 * 0.5
 
 
 def test_multi_token_chunks_give_per_token_itl_with_zero_gaps():
