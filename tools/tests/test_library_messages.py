@@ -1,11 +1,15 @@
 """The libraries' own words for a family, read from their sources, name that family.
 
 fixtures/library-messages/*.yaml quote, from each library's source (repo, path, line), the messages
-with which kernel libraries refuse a GPU architecture and with which engines and collectives report a
-hang or a timeout. A real report quotes them with the runtime's values filled in; the test fills the
-placeholders the same way, prints the message as the library does (an exception line, a log line at
-its level) and requires the diagnosis to name the message's family. A message the rules and the
-vocabulary do not know fails here, before an operator meets it as `unknown`.
+with which libraries report a failure of one family: kernel libraries refusing a GPU architecture,
+engines and collectives reporting a hang or a timeout, and (harvested by sessions that did not read the
+rules, scored before any rule was written from them) NIXL/UCX/Mooncake transfer failures, NCCL's and
+torch c10d's errors, CUDA-graph capture errors, per-block resource limits, port clashes, import and
+toolchain failures, and SGLang's own argument checks. A real report quotes them with the runtime's
+values filled in; the test fills the placeholders the same way, prints the message as the library does
+(an exception line, a log line at its level, with its logger's prefix) and requires the diagnosis to
+name the message's family. A message the rules and the vocabulary do not know fails here, before an
+operator meets it as `unknown`.
 """
 
 import re
@@ -38,6 +42,12 @@ FORMAT_RE = re.compile(
     r'|%" PRI\w+ "'  # C's inttypes macros ("%" PRId64 "s"), as the fixtures quote the C source
     r"|%(?:\([\w]+\))?[-+ #0]*\d*(?:\.\d+)?(?:l{0,2}|z|h)[sdifuxgeErp]"
 )
+# A rendered line printed whole: a log prefix (UCX's "[1733140000.1] [host:pid:0]", NCCL's "host:pid:tid [0]",
+# glog's "E1201 10:00:00", torch's "[rank0]:") or an exception's name ("nixlBackendError: ...").
+ALREADY_PRINTED_RE = re.compile(
+    r"\[\d+\.\d+\] \[|\S+:\d+:\d+ \[\d+\] |[EWF]\d{4} \d\d:|\[rank\d+\]:"
+    r"|(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception):"
+)
 LOG_LEVELS = {"debug": "DEBUG", "info": "INFO", "warning": "WARNING", "warn": "WARNING", "error": "ERROR"}
 
 
@@ -54,16 +64,28 @@ def fill(text: str) -> str:
 
 def printed(entry: dict) -> str:
     """The line a log shows for the message: `RuntimeError: ...`, or a log call at its level, with the
-    prefix its logger writes (NCCL's WARN, c10's glog-style LOG, Rust's tracing)."""
+    prefix its logger writes (NCCL's WARN, c10's glog-style LOG, glog/absl's for NIXL and Mooncake,
+    UCX's, Rust's tracing). A `rendered` line that already carries its logger's prefix or its
+    exception's name is printed as it is."""
     text = entry.get("rendered") or fill(entry["text"])
     text = " ".join(text.split())
+    if entry.get("rendered") and ALREADY_PRINTED_RE.match(text):
+        return text
     exception = str(entry["exception"])
     source = Path(str(entry["path"]).split(" ")[0]).name
+    line = entry["line"] or 1
     if exception == "WARN" and entry["library"] == "nccl":
-        return f"node1:4021:4090 [0] {source}:{entry['line'] or 1} NCCL WARN {text}"
-    glog = re.match(r"(?:LOG|C10D_)\(?(ERROR|FATAL|WARNING)", exception)
+        return f"node1:4021:4090 [0] {source}:{line} NCCL WARN {text}"
+    glog = re.match(r"(?:P?LOG|C10D_)\(?(ERROR|FATAL|WARNING)|NIXL_(ERROR|WARN)", exception)
     if glog:
-        return f"[rank0]:[{glog.group(1)[0]}1201 10:00:00.000000000 {source}:{entry['line'] or 1}] {text}"
+        level = (glog.group(1) or glog.group(2))[0]
+        if entry["library"] == "torch":  # c10's logger, after torch's rank prefix
+            return f"[rank0]:[{level}1201 10:00:00.000000000 {source}:{line}] {text}"
+        return f"{level}1201 10:00:00.000000 4242 {source}:{line}] {text}"  # glog's, and absl's (NIXL)
+    ucx = re.match(r"ucs_(error|warn|log)", exception)
+    if ucx:  # ucs/debug/log.c: "[sec.usec] [host:pid:thread] file:line UCX  LEVEL message"
+        level = "WARN" if ucx.group(1) == "warn" else "ERROR"
+        return f"[1733140000.123456] [node1:4242:0] {source:>17}:{line:<4} UCX  {level} {text}"
     rust = re.match(r"(?:tracing::)?(error|warn)!", exception)
     if rust:
         return f"2026-12-01T10:00:00.000000Z {rust.group(1).upper()} {text}"
@@ -96,9 +118,12 @@ def test_the_quoted_messages_are_sourced_and_cover_many_libraries():
     for entry in ENTRIES:
         assert set(entry) >= KEYS, entry["_id"]
         assert entry["family"] in CAUSES and entry["family"] != "oom", entry["_id"]
-        assert entry["repo"].count("/") == 1 and entry["path"], entry["_id"]
+        assert (entry["repo"] is None or entry["repo"].count("/") == 1) and entry["path"], entry["_id"]
     arch = {entry["library"] for entry in ENTRIES if entry["family"] == "arch_unsupported"}
     assert len(arch) >= 10, arch
+    # every family but the two no library message names (GPU and host OOM) and unknown
+    families = {entry["family"] for entry in ENTRIES}
+    assert families == set(CAUSES) - {"oom", "host_oom", "unknown"}, families
 
 
 def test_placeholders_are_filled_as_a_report_shows_them():
