@@ -74,7 +74,7 @@ def printed(entry: dict) -> str:
     exception = str(entry["exception"])
     source = Path(str(entry["path"]).split(" ")[0]).name
     line = entry["line"] or 1
-    if exception == "WARN" and entry["library"] == "nccl":
+    if exception.split(" ", maxsplit=1)[0] == "WARN" and entry["library"] == "nccl":
         return f"node1:4021:4090 [0] {source}:{line} NCCL WARN {text}"
     glog = re.match(r"(?:P?LOG|C10D_)\(?(ERROR|FATAL|WARNING)|NIXL_(ERROR|WARN)", exception)
     if glog:
