@@ -1,5 +1,6 @@
 """A log reaches `sglnode diagnose` through something: `docker compose logs`, journald, `kubectl logs
---timestamps`, a launcher's rank prefix, a quote in a report, a copy from a web page. What carried
+--timestamps`, a launcher's rank prefix, a quote or an indented code block in a report, a copy from a
+web page. What carried
 it must not change the diagnosis: every train excerpt of the corpus, carried each way, gets the
 answer it gets as written.
 
@@ -52,6 +53,12 @@ CARRIERS: dict[str, Callable[[int, str], str]] = {
     "a web page's typography": lambda _, line: web_typography(line),
     "HTML-escaped text": lambda _, line: html.escape(line),
     "compose over --timestamps": lambda n, line: f"router-1  | 2026-12-01T12:00:{n % 60:02d}.5Z {line}",
+    "kubectl logs --prefix": lambda _, line: f"[pod/sglang-decode-0/sglang] {line}",
+    "docker service logs": lambda _, line: f"sglang_decode.1.x7k2m9q4@gpu-node-1    | {line}",
+    "pm2 logs": lambda _, line: f"0|sglang   | {line}",
+    # a report's code block: every line of the excerpt indented alike
+    "a report's indented code block": lambda _, line: f"    {line}" if line.strip() else line,
+    "a tab-indented paste": lambda _, line: f"\t{line}" if line.strip() else line,
     # launchers name the process that spoke
     "torchrun's rank": lambda n, line: f"[rank{n % 4}]: {line}",
     "torchrun --tee": lambda n, line: f"[default{n % 4}]:{line}",

@@ -19,6 +19,7 @@ evidence lines cut to EVIDENCE_LINE_MAX characters.
 from __future__ import annotations
 
 import html
+import os
 import re
 import shutil
 import subprocess
@@ -87,6 +88,11 @@ CARRIER_PREFIX_RES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ (?!kernel:)[\w.@/-]+(?:\[\d+\])?: "),
     re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+(?:Z|[+-]\d\d:\d\d) "),
     re.compile(r"^> ?"),
+    # `kubectl logs --prefix`'s "[pod/sglang-0/sglang] ", `docker service logs`' "sglang.1.x7k2@node1    | ",
+    # pm2's "0|sglang  | "
+    re.compile(r"^\[pod/[\w.-]+/[\w.-]+\] "),
+    re.compile(r"^[\w-]+\.\d+\.\w+@[\w.-]+\s+\| ?"),
+    re.compile(r"^\d+\|[\w.-]+\s+\| ?"),
     # a launcher's word for which process spoke: torchrun's "[rank0]: " and "[default0]:", srun --label's
     # "0: ", Ray's and vLLM's "(RayWorkerWrapper pid=42, ip=10.0.0.2) " and "(EngineCore_DP0 pid=42) "
     re.compile(r"^\[(?:rank|default)\d+\]: ?"),
@@ -274,7 +280,7 @@ def split_carrier(text: str) -> tuple[str, str]:
     text = without_colour(text)
     carrier = ""
     # (SGLang's own "[2026-..." opens most lines of its log, and no carrier starts so)
-    for _ in range(0 if text[:1] == "[" and text[1:2] not in ("r", "d") else 3):
+    for _ in range(0 if text[:1] == "[" and text[1:2].isdigit() else 3):
         # compose's prefix over a stamp over a launcher's, a shipper's over a quote
         match = CARRIER_PREFIX_RE.match(text)
         if match is None or not match.end():
@@ -471,6 +477,8 @@ class Diagnoser:
         self._markers: dict[int | None, tuple[str, LogLine]] = {}
         self._collecting: list[tuple[Hit, int]] = []
         self._fed = 0
+        # The leading whitespace every non-empty line so far has shared (None: no line yet).
+        self._indent: str | None = None
         # Where the server became ready (feed order): errors after it still count (a PD transfer or a
         # collective can fail per request while the server stays up), errors before it were survived.
         self._ready_at: int | None = None
@@ -488,9 +496,21 @@ class Diagnoser:
     def feed(self, line: LogLine, timestamp: float = 0.0) -> list[Hit]:
         """Classify one line; return the rule hits it produced."""
         self._fed += 1
-        carrier, plain = split_carrier(line.text)
+        text, indent = line.text, ""
+        if self._indent and text.strip():
+            # A report's code block indents every line of the excerpt: that indent is the carrier's.
+            # It is what every line so far has shared, so one line at column 0 ends it for good.
+            indent = text[: len(self._indent)]
+            if indent != self._indent:
+                indent = os.path.commonprefix([indent, self._indent])
+                self._indent = indent
+            text = text[len(indent) :]
+        elif self._indent is None and text.strip():
+            self._indent = indent = text[: len(text) - len(text.lstrip(" \t"))]
+            text = text[len(indent) :]
+        carrier, plain = split_carrier(text)
         if plain != line.text:
-            line = replace(line, text=plain, carrier=carrier)
+            line = replace(line, text=plain, carrier=indent + carrier)
         if SERVER_START_MARKER in line.text and (self.hits or self.terminal_lines):
             self._start_new_lifetime()
         self._collect_after(line)
