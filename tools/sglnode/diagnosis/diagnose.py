@@ -19,7 +19,6 @@ evidence lines cut to EVIDENCE_LINE_MAX characters.
 from __future__ import annotations
 
 import html
-import os
 import re
 import shutil
 import subprocess
@@ -502,8 +501,10 @@ class Diagnoser:
             # It is what every line so far has shared, so one line at column 0 ends it for good.
             indent = text[: len(self._indent)]
             if indent != self._indent:
-                indent = os.path.commonprefix([indent, self._indent])
-                self._indent = indent
+                shared = 0  # characters, not path components
+                while shared < len(indent) and indent[shared] == self._indent[shared]:
+                    shared += 1
+                self._indent = indent = self._indent[:shared]
             text = text[len(indent) :]
         elif self._indent is None and text.strip():
             self._indent = indent = text[: len(text) - len(text.lstrip(" \t"))]
