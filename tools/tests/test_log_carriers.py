@@ -8,6 +8,7 @@ answer it gets as written.
 """
 
 import html
+import json
 import re
 import sys
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sglnode.diagnosis.diagnose import Diagnoser, LogLine, as_written, diagnose_lines, numbered
+from sglnode.diagnosis.diagnose import Diagnoser, LogLine, as_written, diagnose_lines, numbered, split_carrier
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -56,6 +57,12 @@ CARRIERS: dict[str, Callable[[int, str], str]] = {
     "kubectl logs --prefix": lambda _, line: f"[pod/sglang-decode-0/sglang] {line}",
     "docker service logs": lambda _, line: f"sglang_decode.1.x7k2m9q4@gpu-node-1    | {line}",
     "pm2 logs": lambda _, line: f"0|sglang   | {line}",
+    "kubelet's CRI log file": lambda n, line: f"2026-12-01T12:00:{n % 60:02d}.123456789Z stderr F {line}",
+    "Docker's json-file log": lambda _, line: json.dumps(
+        {"log": f"{line}\n", "stream": "stderr", "time": "2026-12-01T12:00:00.1Z"}, separators=(",", ":")
+    ),
+    "pytest's failure report": lambda _, line: f"E       {line}",
+    "a code view's line numbers": lambda n, line: f"{n + 1:>4} | {line}",
     # a report's code block: every line of the excerpt indented alike
     "a report's indented code block": lambda _, line: f"    {line}" if line.strip() else line,
     "a tab-indented paste": lambda _, line: f"\t{line}" if line.strip() else line,
@@ -111,6 +118,25 @@ def test_a_bar_inside_a_line_and_a_hyphenated_name_are_not_a_carrier():
     lines = ("[GIN] 2024/05/01 - 12:00:00 | 200 |  1.2ms | POST /v1/chat", "TP0 | rank 0 ready", "gpu-0 ok")
     for line in lines:
         assert as_written(line) == line
+
+
+def test_a_docker_json_record_is_read_as_what_it_logged_and_a_broken_one_as_written():
+    record = (
+        '{"log":"RuntimeError: CUDA error: out of memory\\n","stream":"stderr","time":"2026-12-01T12:00:00Z"}'
+    )
+    assert split_carrier(record) == ("docker json-file stderr: ", "RuntimeError: CUDA error: out of memory")
+    cut = '{"log":"RuntimeError: CUDA error: out of mem'  # a record cut by a copy: no JSON, read as written
+    assert as_written(cut) == cut
+    # an indent that only some lines share is no carrier's: the excerpt's first line is at column 0
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/x.py", line 1, in f',
+        "    g()",
+        "ValueError: bad",
+    ]
+    carried = Diagnoser()
+    carried.feed_all(numbered(lines))
+    assert [line.text for line in carried._recent][-3:] == lines[1:]
 
 
 def test_evidence_shows_the_line_with_what_carried_it():

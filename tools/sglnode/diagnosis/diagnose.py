@@ -19,6 +19,7 @@ evidence lines cut to EVIDENCE_LINE_MAX characters.
 from __future__ import annotations
 
 import html
+import json
 import re
 import shutil
 import subprocess
@@ -84,6 +85,8 @@ ANSI_REMNANT_RE = re.compile(r"\[(?:0|1|2|22|3[0-7]|39|9[0-7]|[34]8;[\d;]+)m")
 # theirs: the host OOM killer's evidence reads "kernel:".
 CARRIER_PREFIX_RES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^[A-Za-z0-9][\w.-]*[-_]\d+\s+\| ?"),
+    # the CRI log format kubelet keeps under /var/log/pods (containerd, CRI-O): stamp, stream, P/F tag
+    re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d) std(?:out|err) [PF] "),
     re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ (?!kernel:)[\w.@/-]+(?:\[\d+\])?: "),
     re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+(?:Z|[+-]\d\d:\d\d) "),
     re.compile(r"^> ?"),
@@ -92,6 +95,9 @@ CARRIER_PREFIX_RES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^\[pod/[\w.-]+/[\w.-]+\] "),
     re.compile(r"^[\w-]+\.\d+\.\w+@[\w.-]+\s+\| ?"),
     re.compile(r"^\d+\|[\w.-]+\s+\| ?"),
+    # pytest's failure report ("E       RuntimeError: ..."), a code view's line numbers ("  12 | ")
+    re.compile(r"^E {7}"),
+    re.compile(r"^ {0,6}\d{1,6} +\| "),
     # a launcher's word for which process spoke: torchrun's "[rank0]: " and "[default0]:", srun --label's
     # "0: ", Ray's and vLLM's "(RayWorkerWrapper pid=42, ip=10.0.0.2) " and "(EngineCore_DP0 pid=42) "
     re.compile(r"^\[(?:rank|default)\d+\]: ?"),
@@ -273,11 +279,26 @@ def without_colour(text: str) -> str:
     return text
 
 
+def docker_json_record(text: str) -> tuple[str, str] | None:
+    """A record of Docker's json-file log driver (`/var/lib/docker/containers/<id>/<id>-json.log`:
+    `{"log":"...\\n","stream":"stderr","time":"..."}`): what it logged, and its stream as the carrier."""
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None
+    logged = record.get("log") if isinstance(record, dict) else None
+    if not isinstance(logged, str):
+        return None
+    return f"docker json-file {record.get('stream', 'log')}: ", logged.rstrip("\r\n")
+
+
 def split_carrier(text: str) -> tuple[str, str]:
     """What carried the line (a log shipper's or a launcher's prefix, a quote), and the line as the
     process wrote it: without terminal colours, in the log's characters rather than a web page's."""
-    text = without_colour(text)
     carrier = ""
+    if text.startswith('{"log":') and (record := docker_json_record(text)) is not None:
+        carrier, text = record
+    text = without_colour(text)
     # (SGLang's own "[2026-..." opens most lines of its log, and no carrier starts so)
     for _ in range(0 if text[:1] == "[" and text[1:2].isdigit() else 3):
         # compose's prefix over a stamp over a launcher's, a shipper's over a quote
