@@ -96,6 +96,23 @@ def test_what_carried_a_log_does_not_change_its_diagnosis(carrier, as_written_an
     assert not changed, "\n".join(changed)
 
 
+def test_a_traceback_quoted_in_one_line_with_escaped_newlines_gets_the_same_answer(as_written_answers):
+    # A client's log quoting the server's error body (JSON), or a repr of a child's stderr: the traceback
+    # and everything after it on one line, newlines and quotes escaped.
+    changed = []
+    for item in TRAIN:
+        start = next(
+            (n for n, line in enumerate(item.lines) if line.startswith("Traceback (most recent")), None
+        )
+        if start is None:
+            continue
+        body = "\\n".join(line.replace('"', '\\"') for line in item.lines[start:])
+        got = answer([*item.lines[:start], f'ERROR: request failed: {{"detail": "{body}"}}'])
+        if got != as_written_answers[item.name]:
+            changed.append(f"{item.name}: {as_written_answers[item.name]} as written, {got} quoted")
+    assert not changed, "\n".join(changed)
+
+
 def test_the_kernels_journald_lines_keep_their_prefix():
     # The host OOM killer's evidence names the kernel; journald's prefix for it is part of the evidence.
     line = "May 19 08:46:24 ubuntu kernel: [107061.602328] main invoked oom-killer: gfp_mask=0x1100dca"

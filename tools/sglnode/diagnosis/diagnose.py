@@ -279,6 +279,19 @@ def without_colour(text: str) -> str:
     return text
 
 
+# A traceback inside one line with its newlines escaped ("...: 'Traceback (most recent call last):\\n  File").
+ESCAPED_TRACEBACK = "Traceback (most recent call last):\\n"
+ESCAPED_CHAR_RE = re.compile(r"\\([\"'\\t])")
+
+
+def escaped_lines(text: str) -> list[str]:
+    """The lines a line quotes with escaped newlines, their quotes and tabs unescaped."""
+    return [
+        ESCAPED_CHAR_RE.sub(lambda match: "\t" if match[1] == "t" else match[1], part)
+        for part in text.split("\\n")
+    ]
+
+
 def docker_json_record(text: str) -> tuple[str, str] | None:
     """A record of Docker's json-file log driver (`/var/lib/docker/containers/<id>/<id>-json.log`:
     `{"log":"...\\n","stream":"stderr","time":"..."}`): what it logged, and its stream as the carrier."""
@@ -515,7 +528,6 @@ class Diagnoser:
 
     def feed(self, line: LogLine, timestamp: float = 0.0) -> list[Hit]:
         """Classify one line; return the rule hits it produced."""
-        self._fed += 1
         text, indent = line.text, ""
         if self._indent and text.strip():
             # A report's code block indents every line of the excerpt: that indent is the carrier's.
@@ -533,6 +545,18 @@ class Diagnoser:
         carrier, plain = split_carrier(text)
         if plain != line.text:
             line = replace(line, text=plain, carrier=indent + carrier)
+        if ESCAPED_TRACEBACK in line.text:
+            # A traceback quoted inside one line, its newlines escaped (a JSON error body, a repr of a
+            # child's stderr): read as the lines it quotes, under the same line number.
+            hits = []
+            for part in escaped_lines(line.text):
+                hits += self._feed_written(replace(line, text=part), timestamp)
+            return hits
+        return self._feed_written(line, timestamp)
+
+    def _feed_written(self, line: LogLine, timestamp: float) -> list[Hit]:
+        """Classify one line as the process wrote it (its carrier taken off)."""
+        self._fed += 1
         if SERVER_START_MARKER in line.text and (self.hits or self.terminal_lines):
             self._start_new_lifetime()
         self._collect_after(line)
