@@ -63,6 +63,7 @@ CARRIERS: dict[str, Callable[[int, str], str]] = {
     ),
     "pytest's failure report": lambda _, line: f"E       {line}",
     "a code view's line numbers": lambda n, line: f"{n + 1:>4} | {line}",
+    "a terminal copy's trailing blanks": lambda _, line: f"{line}   ",
     # a report's code block: every line of the excerpt indented alike
     "a report's indented code block": lambda _, line: f"    {line}" if line.strip() else line,
     "a tab-indented paste": lambda _, line: f"\t{line}" if line.strip() else line,

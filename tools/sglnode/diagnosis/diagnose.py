@@ -326,6 +326,9 @@ def split_carrier(text: str) -> tuple[str, str]:
     if "File " in text and (frame := IPYTHON_FRAME_RE.match(text)):
         indent, path, line_no, function = frame.groups()
         text = f'{indent}  File "{path}", line {line_no}, in {function}'
+    # a terminal's or a page's copy pads lines with blanks the process never wrote ("...:" then spaces)
+    if text[-1:].isspace():
+        text = text.rstrip()
     return carrier, text
 
 
