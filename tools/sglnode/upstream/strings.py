@@ -250,6 +250,11 @@ def extract(source: str, file: str, contains: str, occurrence: int = 0) -> Templ
     )
 
 
+def literals(source: str, file: str = "<source>") -> tuple[str, ...]:
+    """Every outermost string expression of a module as its literal text (fields as {name})."""
+    return tuple(found.literal for found in _outer_strings(source, file))
+
+
 def count(source: str, contains: str, file: str = "<source>") -> int:
     """How many distinct string expressions in `source` contain the text (for anchor checks)."""
     return len(_matching(source, file, contains))
