@@ -37,9 +37,16 @@ def _run(server, api="generate", n=1, output_len=16, stall_s=5.0):
     return asyncio.run(go())
 
 
+# How late a busy host may hand the client a chunk the server wrote (CI runs pytest beside image
+# builds on 2 cores: 11 ms was seen). Kept under one inter-token gap, so a client that timed the
+# wrong token (the second one) still fails.
+READ_LATE_S = 0.04
+PACED_ITL_S = 0.05
+
+
 @pytest.mark.parametrize("api", ["generate", "completions", "chat"])
 def test_paced_tokens_give_the_injected_ttft_and_exact_counts(api):
-    with FakeServer(Behaviour(ttft_s=0.5, itl_s=0.01)) as server:
+    with FakeServer(Behaviour(ttft_s=0.5, itl_s=PACED_ITL_S)) as server:
         records, itl, _gaps = _run(server, api, output_len=12)
         true_ttft = server.first_token_sent[0] - records[0].start_s
         true_decode = server.last_token_sent[0] - server.first_token_sent[0]
@@ -48,15 +55,14 @@ def test_paced_tokens_give_the_injected_ttft_and_exact_counts(api):
     assert record.output_tokens == 12
     assert record.token_source == "server"
     assert record.prompt_tokens == 7
-    # Within 2 % of the TTFT the server actually produced (its sleep may overshoot on a busy host).
-    assert true_ttft <= record.ttft_s <= true_ttft + 0.02 * 0.5
+    # Not before the server wrote the first token, and not as late as its second one.
+    assert true_ttft <= record.ttft_s <= true_ttft + READ_LATE_S
     assert record.ttft_s == pytest.approx(0.5, rel=0.1)
     assert itl.count == 11 and itl.zeros == 0
     # The ITL samples add up to the client's first-to-last token time: the decode time the server
-    # took, less how late the first token arrived (measured above), plus how late the last one did
-    # (the same 2 % allowance). A fixed tolerance flaked when the first read came late on a busy host.
+    # took, less how late the first token arrived (measured above), plus how late the last one did.
     first_late = record.ttft_s - true_ttft
-    assert true_decode - first_late - 1e-6 <= sum(itl.nonzero) <= true_decode + 0.02 * 0.5
+    assert true_decode - first_late - 1e-6 <= sum(itl.nonzero) <= true_decode + READ_LATE_S
 
 
 def test_multi_token_chunks_give_per_token_itl_with_zero_gaps():
