@@ -5,11 +5,14 @@ with which libraries report a failure of one family: kernel libraries refusing a
 engines and collectives reporting a hang or a timeout, and (harvested by sessions that did not read the
 rules, scored before any rule was written from them) NIXL/UCX/Mooncake transfer failures, NCCL's and
 torch c10d's errors, CUDA-graph capture errors, per-block resource limits, port clashes, import and
-toolchain failures, and SGLang's own argument checks. A real report quotes them with the runtime's
+toolchain failures, SGLang's own argument checks, GPU OOMs (with the phase the message or its code
+path states), host OOMs, and messages with memory words that report no exhaustion (family unknown,
+or the family they belong to). A real report quotes them with the runtime's
 values filled in; the test fills the placeholders the same way, prints the message as the library does
 (an exception line, a log line at its level, with its logger's prefix) and requires the diagnosis to
-name the message's family. A message the rules and the vocabulary do not know fails here, before an
-operator meets it as `unknown`.
+name the message's family (and an OOM's stated phase). A message the rules and the vocabulary do not
+know fails here, before an operator meets it as `unknown`; one they misread fails here before an
+operator is sent to the wrong fix.
 """
 
 import re
@@ -19,7 +22,7 @@ import pytest
 import yaml
 
 from sglnode.diagnosis.diagnose import diagnose_lines, numbered
-from sglnode.diagnosis.rulebook import CAUSES
+from sglnode.diagnosis.rulebook import CAUSES, OOM_PHASES
 from sglnode.pins import PINS
 from sglnode.upstream import strings
 from sglnode.upstream.wheels import WheelSource, pinned_wheel
@@ -68,10 +71,11 @@ def printed(entry: dict) -> str:
     """The line a log shows for the message: `RuntimeError: ...`, or a log call at its level, with the
     prefix its logger writes (NCCL's WARN, c10's glog-style LOG, glog/absl's for NIXL and Mooncake,
     UCX's, Rust's tracing). A `rendered` line that already carries its logger's prefix or its
-    exception's name is printed as it is."""
+    exception's name is printed as it is, as is one marked `printed_whole` (a kernel's, systemd's,
+    Slurm's or kubelet's line: no Python prefix ever wraps it)."""
     text = entry.get("rendered") or fill(entry["text"])
     text = " ".join(text.split())
-    if entry.get("rendered") and ALREADY_PRINTED_RE.match(text):
+    if entry.get("rendered") and (entry.get("printed_whole") or ALREADY_PRINTED_RE.match(text)):
         return text
     exception = str(entry["exception"])
     source = Path(str(entry["path"]).split(" ")[0]).name
@@ -119,13 +123,16 @@ ENTRIES = load()
 def test_the_quoted_messages_are_sourced_and_cover_many_libraries():
     for entry in ENTRIES:
         assert set(entry) >= KEYS, entry["_id"]
-        assert entry["family"] in CAUSES and entry["family"] != "oom", entry["_id"]
+        assert entry["family"] in CAUSES, entry["_id"]
+        # a GPU OOM says the phase its message or its code path states, or null when it states none
+        assert (entry["family"] == "oom") == ("phase" in entry), entry["_id"]
+        assert entry.get("phase") in (*OOM_PHASES, None), entry["_id"]
         assert (entry["repo"] is None or entry["repo"].count("/") == 1) and entry["path"], entry["_id"]
     arch = {entry["library"] for entry in ENTRIES if entry["family"] == "arch_unsupported"}
     assert len(arch) >= 10, arch
-    # every family but the two no library message names (GPU and host OOM) and unknown
+    # every family, and unknown: messages with memory words that report no exhaustion
     families = {entry["family"] for entry in ENTRIES}
-    assert families == set(CAUSES) - {"oom", "host_oom", "unknown"}, families
+    assert families == set(CAUSES), set(CAUSES) - families
 
 
 def test_placeholders_are_filled_as_a_report_shows_them():
@@ -167,3 +174,5 @@ def test_a_librarys_own_message_names_its_family(entry):
     line = printed(entry)
     diagnosis = diagnose_lines(numbered([line]))
     assert diagnosis.cause == entry["family"], f"{line!r} ({entry['repo']}:{entry['path']})"
+    if entry.get("phase"):
+        assert diagnosis.phase == entry["phase"], f"{line!r} ({entry['repo']}:{entry['path']})"

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
+from sglnode.diagnosis import cuda_errors
 from sglnode.diagnosis.rulebook import (
     FRAME_RE,
     PhaseEvidence,
@@ -353,10 +354,13 @@ class LogLine:
     source: str = "log"
     # what carried the line (split_carrier): rules read `text`; the reader sees the line whole
     carrier: str = ""
+    # the line as written, when rules read it glossed (cuda_errors.glossed: a CUDA error's name
+    # with the runtime's text for it); the reader sees what was written
+    written: str | None = None
 
     @property
     def shown(self) -> str:
-        return self.carrier + self.text
+        return self.carrier + (self.text if self.written is None else self.written)
 
     def to_json(self) -> dict[str, Any]:
         return {"line_no": self.line_no, "text": clip(self.shown), "source": self.source}
@@ -559,6 +563,9 @@ class Diagnoser:
 
     def _feed_written(self, line: LogLine, timestamp: float) -> list[Hit]:
         """Classify one line as the process wrote it (its carrier taken off)."""
+        gloss = cuda_errors.glossed(line.text)
+        if gloss is not None:
+            line = replace(line, text=gloss, written=line.text)
         self._fed += 1
         if SERVER_START_MARKER in line.text and (self.hits or self.terminal_lines):
             self._start_new_lifetime()
