@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sglnode.diagnosis.diagnose import diagnose_lines, numbered
 from sglnode.diagnosis.rulebook import (
     CAUSES,
     RuleError,
@@ -128,11 +129,25 @@ GOOD = {
         ({"confidence": "sure"}, "confidence"),
         ({"source": "http://insecure"}, "https"),
         ({"cause": "oom", "phase_fixes": {"tomorrow": "x"}}, "phase_fixes"),
+        ({"yields_to": ["gremlins"]}, "yields_to"),
+        ({"yields_to": "arch_unsupported"}, "yields_to"),
     ],
 )
 def test_malformed_rules_fail_at_load_time(change, message):
     with pytest.raises(RuleError, match=message):
         parse_rule({**GOOD, **change})
+
+
+def test_a_flag_refusal_that_speaks_of_an_architecture_or_a_block_limit_is_theirs():
+    # the arguments rule matches all three (a ValueError naming --flag); its yields_to hands the first
+    # two to the family whose words they use, and a PD flag's refusal stays an argument's
+    flags = next(rule for rule in RULES if rule.id == "invalid-arguments-named-setting")
+    arch = "ValueError: --kv-cache-dtype mxfp8 requires an SM100+ (Blackwell) GPU for the FA4 MXFP8 path."
+    smem = "ValueError: --moe-runner-backend cutlass needs 232448 bytes of shared memory per block"
+    pd_flag = "ValueError: Invalid IB devices specified for --disaggregation-ib-device: mlx5_9"
+    lines = {arch: "arch_unsupported", smem: "kernel_resources", pd_flag: "invalid_arguments"}
+    assert all(flags.matches(line) for line in lines)
+    assert {line: diagnose_lines(numbered([line])).cause for line in lines} == lines
 
 
 def test_unknown_rule_keys_are_rejected():

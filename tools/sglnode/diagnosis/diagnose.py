@@ -533,6 +533,11 @@ class Diagnoser:
         # for that cause, and a wait that ends then must not answer `unknown`.
         self._earlier_diagnosis: Diagnosis | None = None
 
+    def _speaks_for(self, causes: frozenset[str], line: LogLine) -> bool:
+        """Whether the family whose words the line uses is one of `causes`."""
+        found = self.vocabulary.classify([line])
+        return found is not None and found[0].cause in causes
+
     def feed(self, line: LogLine, timestamp: float = 0.0) -> list[Hit]:
         """Classify one line; return the rule hits it produced."""
         text, indent = line.text, ""
@@ -612,7 +617,10 @@ class Diagnoser:
                         narrated = is_oom_narration(matched.text)
                     if narrated:
                         continue
-                elif is_fallback_notice(matched.text):
+                elif is_fallback_notice(matched.text) or (
+                    # (a flag's refusal in an architecture's or a block limit's words is theirs)
+                    rule.yields_to and self._speaks_for(rule.yields_to, matched)
+                ):
                     continue
                 count = self.hit_counts.get(rule.id, 0)
                 self.hit_counts[rule.id] = count + 1

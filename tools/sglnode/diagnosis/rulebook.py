@@ -37,7 +37,7 @@ OOM_PHASES: tuple[str, ...] = ("weights", "kv_cache", "cuda_graph", "runtime")
 # A rule's phase is fixed, inferred from where the log was ("from_context"), or absent.
 RULE_PHASES: tuple[str, ...] = (*OOM_PHASES, "from_context")
 CONFIDENCES: tuple[str, ...] = ("high", "medium", "low")
-OPTIONAL_KEYS = frozenset({"phase", "phase_fixes", "negative_examples", "upstream"})
+OPTIONAL_KEYS = frozenset({"phase", "phase_fixes", "negative_examples", "upstream", "yields_to"})
 REQUIRED_KEYS = frozenset(
     {
         "id",
@@ -78,6 +78,9 @@ class Rule:
     literals: tuple[str | None, ...] = ()
     # Upstream messages (catalogue ids, with values to render them) this rule must recognise.
     upstream: tuple[tuple[str, dict[str, Any]], ...] = ()
+    # Families whose words (vocabulary.yaml) take a line this rule matches: a check that names the
+    # flag it refuses is an architecture's or a resource limit's when it speaks of those.
+    yields_to: frozenset[str] = frozenset()
 
     def matches(self, line: str) -> bool:
         # A substring test first: most lines of a serving log contain none of the literals, and
@@ -215,7 +218,14 @@ def parse_rule(raw: dict[str, Any]) -> Rule:
         examples=tuple(raw["examples"]),
         negative_examples=tuple(raw.get("negative_examples") or ()),
         literals=tuple(required_literal(pattern) for pattern in raw["patterns"]),
+        yields_to=frozenset(_causes(rule_id, raw.get("yields_to") or [])),
     )
+
+
+def _causes(rule_id: str, causes: Any) -> list[str]:
+    if not isinstance(causes, list) or not set(causes) <= set(CAUSES):
+        raise RuleError(f"rule {rule_id}: yields_to must list causes among {CAUSES}")
+    return causes
 
 
 def parse_rules(documents: list[dict[str, Any]]) -> tuple[Rule, ...]:
