@@ -114,6 +114,23 @@ def test_a_traceback_quoted_in_one_line_with_escaped_newlines_gets_the_same_answ
     assert not changed, "\n".join(changed)
 
 
+def test_a_paste_that_lost_its_newlines_is_read_line_by_line(as_written_answers):
+    # A copy from a web page that joined a torchrun log's lines with spaces: each line still opens with
+    # its rank's prefix, and that prefix is where the lines were (three lines at least: a line may name
+    # its rank once inside).
+    changed, flattened = [], 0
+    for item in TRAIN:
+        lines = [line for line in item.lines if line.strip()]
+        if len(lines) < 3 or any("[rank3]:" in line for line in lines):
+            continue
+        flattened += 1
+        got = answer([" ".join(f"[rank3]: {line}" for line in lines)])
+        if got != as_written_answers[item.name]:
+            changed.append(f"{item.name}: {as_written_answers[item.name]} as written, {got} flattened")
+    assert flattened > 800
+    assert not changed, "\n".join(changed)
+
+
 def test_the_kernels_journald_lines_keep_their_prefix():
     # The host OOM killer's evidence names the kernel; journald's prefix for it is part of the evidence.
     line = "May 19 08:46:24 ubuntu kernel: [107061.602328] main invoked oom-killer: gfp_mask=0x1100dca"

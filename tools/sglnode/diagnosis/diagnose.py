@@ -282,6 +282,10 @@ def without_colour(text: str) -> str:
 
 # A traceback inside one line with its newlines escaped ("...: 'Traceback (most recent call last):\\n  File").
 ESCAPED_TRACEBACK = "Traceback (most recent call last):\\n"
+# The shortest carrier that, repeated inside a line, marks the lines a paste joined: torchrun's
+# "[rank3]:" and compose's "sglang-1  |" do; srun's "0:" would split "rank 0: ..." too.
+FLATTENED_OPENER_MIN = 6
+FLATTENED_REPEATS_MIN = 2
 ESCAPED_CHAR_RE = re.compile(r"\\([\"'\\t])")
 
 
@@ -331,6 +335,18 @@ def split_carrier(text: str) -> tuple[str, str]:
     if text[-1:].isspace():
         text = text.rstrip()
     return carrier, text
+
+
+def flattened_lines(text: str) -> list[str] | None:
+    """The lines a paste joined into one with spaces, when the carrier that opens it ("[rank3]: ",
+    a compose service's "sglang-1  | ") opens at least two more of them; None for one line."""
+    match = CARRIER_PREFIX_RE.match(text)
+    opener = text[: match.end()].strip() if match else ""
+    # (twice at least: a line may name its rank once, "[mooncake_store_connector.py:183] [rank0]: ...")
+    if len(opener) < FLATTENED_OPENER_MIN or text.count(f" {opener} ") < FLATTENED_REPEATS_MIN:
+        return None
+    first, *rest = text.split(f" {opener} ")
+    return [first, *(f"{opener} {part}" for part in rest)]
 
 
 def as_written(text: str) -> str:
@@ -501,6 +517,8 @@ class Diagnoser:
         self.phase_evidence = phase_evidence if phase_evidence is not None else load_phase_evidence()
         self.vocabulary: Vocabulary = load_vocabulary()
         self._error_lines: deque[LogLine] = deque(maxlen=MAX_ERROR_LINES)
+        # Lines a rule yielded (its yields_to): the vocabulary reads them in those families' words first.
+        self._yielded: dict[tuple[str, int, str], frozenset[str]] = {}
         self._after_frame = False
         self._error_opened = False  # the last error line ended in ":", its message follows
         self._in_error_message = False  # indented lines right under an error line continue its message
@@ -534,9 +552,9 @@ class Diagnoser:
         self._earlier_diagnosis: Diagnosis | None = None
 
     def _speaks_for(self, causes: frozenset[str], line: LogLine) -> bool:
-        """Whether the family whose words the line uses is one of `causes`."""
-        found = self.vocabulary.classify([line])
-        return found is not None and found[0].cause in causes
+        """Whether the line uses the words of one of `causes`' families (a wrapper's own words, "Capture
+        cuda graph failed", come first in the vocabulary's order, so precedence is not asked)."""
+        return any(self.vocabulary.family(cause).words.search(line.text) for cause in causes)
 
     def feed(self, line: LogLine, timestamp: float = 0.0) -> list[Hit]:
         """Classify one line; return the rule hits it produced."""
@@ -554,6 +572,14 @@ class Diagnoser:
         elif self._indent is None and text.strip():
             self._indent = indent = text[: len(text) - len(text.lstrip(" \t"))]
             text = text[len(indent) :]
+        joined = flattened_lines(text)
+        if joined is not None:
+            # A paste that lost its newlines (a web page's copy): read the lines it joined one by one.
+            hits = []
+            for part in joined:
+                carrier, plain = split_carrier(part)
+                hits += self._feed_written(replace(line, text=plain, carrier=indent + carrier), timestamp)
+            return hits
         carrier, plain = split_carrier(text)
         if plain != line.text:
             line = replace(line, text=plain, carrier=indent + carrier)
@@ -621,6 +647,8 @@ class Diagnoser:
                     # (a flag's refusal in an architecture's or a block limit's words is theirs)
                     rule.yields_to and self._speaks_for(rule.yields_to, matched)
                 ):
+                    if rule.yields_to and len(self._yielded) < MAX_ERROR_LINES:
+                        self._yielded[(matched.source, matched.line_no, matched.text)] = rule.yields_to
                     continue
                 count = self.hit_counts.get(rule.id, 0)
                 self.hit_counts[rule.id] = count + 1
@@ -706,6 +734,7 @@ class Diagnoser:
         self._meaningful.clear()
         self._error_lines.clear()
         self._error_order.clear()
+        self._yielded.clear()
         self._code_frames.clear()
         self._traceback_frames.clear()
         self._ready_at = None
@@ -981,7 +1010,10 @@ class Diagnoser:
             error_lines = error_lines[:fault_at]
         # Where the log says ERROR (or raised), its warnings are notes, not the failure's words.
         errors_proper = [line for line in error_lines if not is_warning_only(line.text)]
-        found = self.vocabulary.classify(errors_proper or error_lines)
+        found = self.vocabulary.classify(
+            errors_proper or error_lines,
+            first=lambda line: self._yielded.get((line.source, line.line_no, line.text), frozenset()),
+        )
         if found is None:
             return None if fault_at is not None else self._code_match(errors, stage, gpu_memory)
         family, lines = found

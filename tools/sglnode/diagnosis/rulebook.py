@@ -10,6 +10,7 @@ a typo in a rule must break the test suite, not silently stop matching on a node
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -367,16 +368,21 @@ class Vocabulary:
     def is_error_line(self, line: str) -> bool:
         return self.error_line.search(line) is not None and self.benign.search(line) is None
 
-    def classify(self, error_lines: list[Any]) -> tuple[VocabularyFamily, list[Any]] | None:
+    def classify(
+        self, error_lines: list[Any], first: Callable[[Any], frozenset[str]] | None = None
+    ) -> tuple[VocabularyFamily, list[Any]] | None:
         """The family whose words most error lines use (ties: precedence), with those lines.
 
         A line speaks for one family only, the most specific one (precedence order) whose words it
         uses: NCCL's "Watchdog caught collective operation timeout" is an NCCL line, not also a
         watchdog one, and a Mooncake transfer error that says "timed out" is a KV-transfer line.
+        `first(line)` names families asked before the others for that line (those a rule yielded it to).
         """
         by_family: dict[str, list[Any]] = {}
         for line in error_lines:
-            for family in self.families:
+            preferred = first(line) if first is not None else frozenset()
+            ordered = [family for family in self.families if family.cause in preferred]
+            for family in (*ordered, *self.families):
                 if family.words.search(line.text):
                     by_family.setdefault(family.cause, []).append(line)
                     break
