@@ -282,6 +282,9 @@ def without_colour(text: str) -> str:
 
 # A traceback inside one line with its newlines escaped ("...: 'Traceback (most recent call last):\\n  File").
 ESCAPED_TRACEBACK = "Traceback (most recent call last):\\n"
+# A GPU's product name, as torch and nvidia-smi print it ("NVIDIA RTX PRO 6000 Blackwell Server Edition",
+# "NVIDIA GeForce RTX 5090", "NVIDIA H100 80GB HBM3").
+GPU_PRODUCT_RE = re.compile(r"\bNVIDIA (?:[A-Z0-9][\w-]* ?){1,8}")
 # The shortest carrier that, repeated inside a line, marks the lines a paste joined: torchrun's
 # "[rank3]:" and compose's "sglang-1  |" do; srun's "0:" would split "rank 0: ..." too.
 FLATTENED_OPENER_MIN = 6
@@ -553,8 +556,11 @@ class Diagnoser:
 
     def _speaks_for(self, causes: frozenset[str], line: LogLine) -> bool:
         """Whether the line uses the words of one of `causes`' families (a wrapper's own words, "Capture
-        cuda graph failed", come first in the vocabulary's order, so precedence is not asked)."""
-        return any(self.vocabulary.family(cause).words.search(line.text) for cause in causes)
+        cuda graph failed", come first in the vocabulary's order, so precedence is not asked). A GPU's
+        product name ("... on NVIDIA RTX PRO 6000 Blackwell Server Edition during CUDA graph capture")
+        says which GPU ran it, not that its architecture was refused."""
+        text = GPU_PRODUCT_RE.sub("", line.text)
+        return any(self.vocabulary.family(cause).words.search(text) for cause in causes)
 
     def feed(self, line: LogLine, timestamp: float = 0.0) -> list[Hit]:
         """Classify one line; return the rule hits it produced."""
@@ -643,11 +649,12 @@ class Diagnoser:
                         narrated = is_oom_narration(matched.text)
                     if narrated:
                         continue
-                elif is_fallback_notice(matched.text) or (
-                    # (a flag's refusal in an architecture's or a block limit's words is theirs)
-                    rule.yields_to and self._speaks_for(rule.yields_to, matched)
-                ):
-                    if rule.yields_to and len(self._yielded) < MAX_ERROR_LINES:
+                elif is_fallback_notice(matched.text):
+                    continue
+                elif rule.yields_to and self._speaks_for(rule.yields_to, matched):
+                    # a wrapper's or a flag's refusal in an architecture's or a block limit's words is
+                    # theirs: the vocabulary reads the line in those families' words first
+                    if len(self._yielded) < MAX_ERROR_LINES:
                         self._yielded[(matched.source, matched.line_no, matched.text)] = rule.yields_to
                     continue
                 count = self.hit_counts.get(rule.id, 0)
