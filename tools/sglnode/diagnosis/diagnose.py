@@ -282,8 +282,8 @@ def without_colour(text: str) -> str:
 
 # A traceback inside one line with its newlines escaped ("...: 'Traceback (most recent call last):\\n  File").
 ESCAPED_TRACEBACK = "Traceback (most recent call last):\\n"
-# A GPU's product name, as torch and nvidia-smi print it ("NVIDIA RTX PRO 6000 Blackwell Server Edition",
-# "NVIDIA GeForce RTX 5090", "NVIDIA H100 80GB HBM3").
+# A GPU's product name, as torch and nvidia-smi print it ("NVIDIA GeForce RTX 5090", "NVIDIA H100 80GB
+# HBM3", this node's "NVIDIA RTX PRO ... Blackwell ... Edition").
 GPU_PRODUCT_RE = re.compile(r"\bNVIDIA (?:[A-Z0-9][\w-]* ?){1,8}")
 # The shortest carrier that, repeated inside a line, marks the lines a paste joined: torchrun's
 # "[rank3]:" and compose's "sglang-1  |" do; srun's "0:" would split "rank 0: ..." too.
@@ -341,15 +341,26 @@ def split_carrier(text: str) -> tuple[str, str]:
 
 
 def flattened_lines(text: str) -> list[str] | None:
-    """The lines a paste joined into one with spaces, when the carrier that opens it ("[rank3]: ",
-    a compose service's "sglang-1  | ") opens at least two more of them; None for one line."""
-    match = CARRIER_PREFIX_RE.match(text)
-    opener = text[: match.end()].strip() if match else ""
-    # (twice at least: a line may name its rank once, "[mooncake_store_connector.py:183] [rank0]: ...")
-    if len(opener) < FLATTENED_OPENER_MIN or text.count(f" {opener} ") < FLATTENED_REPEATS_MIN:
-        return None
-    first, *rest = text.split(f" {opener} ")
-    return [first, *(f"{opener} {part}" for part in rest)]
+    """The lines a paste joined into one with spaces, when a carrier that opens it ("[rank3]: ", a
+    compose service's "sglang-1  | ", under any carriers over it) opens at least two more of them;
+    None for one line."""
+    outer = ""  # carriers over the one that repeats (compose's prefix over torchrun's rank)
+    if text.startswith('{"log":') and (record := docker_json_record(text)) is not None:
+        outer, text = record[0], record[0] + record[1]
+    if not text.isascii() and not TYPOGRAPHY_CHARS.isdisjoint(text):
+        text = text.translate(TYPOGRAPHY)  # a page's non-breaking spaces between the lines it joined
+    for _ in range(3):
+        rest = text[len(outer) :]
+        match = CARRIER_PREFIX_RE.match(rest)
+        if match is None or not match.end():
+            return None
+        opener = rest[: match.end()].strip()
+        # (twice at least: a line may name its rank once, "[mooncake_store_connector.py:183] [rank0]: ...")
+        if len(opener) >= FLATTENED_OPENER_MIN and rest.count(f" {opener} ") >= FLATTENED_REPEATS_MIN:
+            first, *joined = rest.split(f" {opener} ")
+            return [outer + first, *(f"{outer}{opener} {part}" for part in joined)]
+        outer += rest[: match.end()]
+    return None
 
 
 def as_written(text: str) -> str:
@@ -557,8 +568,8 @@ class Diagnoser:
     def _speaks_for(self, causes: frozenset[str], line: LogLine) -> bool:
         """Whether the line uses the words of one of `causes`' families (a wrapper's own words, "Capture
         cuda graph failed", come first in the vocabulary's order, so precedence is not asked). A GPU's
-        product name ("... on NVIDIA RTX PRO 6000 Blackwell Server Edition during CUDA graph capture")
-        says which GPU ran it, not that its architecture was refused."""
+        product name ("... on NVIDIA GeForce RTX 5090 Blackwell during CUDA graph capture") says
+        which GPU ran it, not that its architecture was refused."""
         text = GPU_PRODUCT_RE.sub("", line.text)
         return any(self.vocabulary.family(cause).words.search(text) for cause in causes)
 
