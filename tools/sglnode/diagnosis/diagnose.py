@@ -313,12 +313,13 @@ def docker_json_record(text: str) -> tuple[str, str] | None:
     return f"docker json-file {record.get('stream', 'log')}: ", logged.rstrip("\r\n")
 
 
-def split_carrier(text: str) -> tuple[str, str]:
-    """What carried the line (a log shipper's or a launcher's prefix, a quote), and the line as the
-    process wrote it: without terminal colours, in the log's characters rather than a web page's."""
-    carrier = ""
+def carrier_pieces(text: str) -> tuple[list[str], str]:
+    """split_carrier's carrier, piece by piece (a Docker record's stream, compose's prefix, a stamp,
+    a launcher's rank), and the line as the process wrote it."""
+    pieces = []
     if text.startswith('{"log":') and (record := docker_json_record(text)) is not None:
-        carrier, text = record
+        piece, text = record
+        pieces.append(piece)
     text = without_colour(text)
     # (SGLang's own "[2026-..." opens most lines of its log, and no carrier starts so)
     for _ in range(0 if text[:1] == "[" and text[1:2].isdigit() else 3):
@@ -326,7 +327,8 @@ def split_carrier(text: str) -> tuple[str, str]:
         match = CARRIER_PREFIX_RE.match(text)
         if match is None or not match.end():
             break
-        carrier, text = carrier + text[: match.end()], text[match.end() :]
+        pieces.append(text[: match.end()])
+        text = text[match.end() :]
     if not text.isascii() and not TYPOGRAPHY_CHARS.isdisjoint(text):
         text = text.translate(TYPOGRAPHY)
     if "&" in text and HTML_ENTITY_RE.search(text):
@@ -337,29 +339,28 @@ def split_carrier(text: str) -> tuple[str, str]:
     # a terminal's or a page's copy pads lines with blanks the process never wrote ("...:" then spaces)
     if text[-1:].isspace():
         text = text.rstrip()
-    return carrier, text
+    return pieces, text
 
 
-def flattened_lines(text: str) -> list[str] | None:
-    """The lines a paste joined into one with spaces, when a carrier that opens it ("[rank3]: ", a
-    compose service's "sglang-1  | ", under any carriers over it) opens at least two more of them;
-    None for one line."""
-    outer = ""  # carriers over the one that repeats (compose's prefix over torchrun's rank)
-    if text.startswith('{"log":') and (record := docker_json_record(text)) is not None:
-        outer, text = record[0], record[0] + record[1]
-    if not text.isascii() and not TYPOGRAPHY_CHARS.isdisjoint(text):
-        text = text.translate(TYPOGRAPHY)  # a page's non-breaking spaces between the lines it joined
-    for _ in range(3):
-        rest = text[len(outer) :]
-        match = CARRIER_PREFIX_RE.match(rest)
-        if match is None or not match.end():
-            return None
-        opener = rest[: match.end()].strip()
+def split_carrier(text: str) -> tuple[str, str]:
+    """What carried the line (a log shipper's or a launcher's prefix, a quote), and the line as the
+    process wrote it: without terminal colours, in the log's characters rather than a web page's."""
+    pieces, text = carrier_pieces(text)
+    return "".join(pieces), text
+
+
+def flattened_lines(pieces: list[str], plain: str) -> list[tuple[str, str]] | None:
+    """The lines a paste joined into one with spaces, as (carrier, line) pairs, when a carrier piece
+    that opened it ("[rank3]: ", a compose service's "sglang-1  | ", under any pieces over it) opens
+    at least two more of them in the line as written; None for one line."""
+    for index, piece in enumerate(pieces):
+        opener = piece.strip()
         # (twice at least: a line may name its rank once, "[mooncake_store_connector.py:183] [rank0]: ...")
-        if len(opener) >= FLATTENED_OPENER_MIN and rest.count(f" {opener} ") >= FLATTENED_REPEATS_MIN:
-            first, *joined = rest.split(f" {opener} ")
-            return [outer + first, *(f"{outer}{opener} {part}" for part in joined)]
-        outer += rest[: match.end()]
+        if len(opener) >= FLATTENED_OPENER_MIN and plain.count(f" {opener} ") >= FLATTENED_REPEATS_MIN:
+            outer = "".join(pieces[:index])
+            first, *joined = plain.split(f" {opener} ")
+            parts = [split_carrier(f"{opener} {part}") for part in joined]
+            return [("".join(pieces), first), *((outer + carrier, part) for carrier, part in parts)]
     return None
 
 
@@ -589,15 +590,15 @@ class Diagnoser:
         elif self._indent is None and text.strip():
             self._indent = indent = text[: len(text) - len(text.lstrip(" \t"))]
             text = text[len(indent) :]
-        joined = flattened_lines(text)
+        pieces, plain = carrier_pieces(text)
+        joined = flattened_lines(pieces, plain)
         if joined is not None:
             # A paste that lost its newlines (a web page's copy): read the lines it joined one by one.
             hits = []
-            for part in joined:
-                carrier, plain = split_carrier(part)
-                hits += self._feed_written(replace(line, text=plain, carrier=indent + carrier), timestamp)
+            for carrier, part in joined:
+                hits += self._feed_written(replace(line, text=part, carrier=indent + carrier), timestamp)
             return hits
-        carrier, plain = split_carrier(text)
+        carrier = "".join(pieces)
         if plain != line.text:
             line = replace(line, text=plain, carrier=indent + carrier)
         if ESCAPED_TRACEBACK in line.text:
