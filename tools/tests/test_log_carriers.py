@@ -61,6 +61,18 @@ CARRIERS: dict[str, Callable[[int, str], str]] = {
     "Docker's json-file log": lambda _, line: json.dumps(
         {"log": f"{line}\n", "stream": "stderr", "time": "2026-12-01T12:00:00.1Z"}, separators=(",", ":")
     ),
+    # syslog relays (rsyslog, a collector's file): the priority kept, RFC 3164's or RFC 5424's header
+    "syslog with its priority": lambda n, line: (
+        f"<11>Dec  1 12:00:{n % 60:02d} gpu-node-1 sglang[4242]: {line}"
+    ),
+    "RFC 5424 syslog": lambda n, line: (
+        f"<11>1 2026-12-01T12:00:{n % 60:02d}.003Z gpu-node-1 sglang 4242 - - {line}"
+    ),
+    "fluentd's stdout": lambda n, line: (
+        f"2026-12-01 12:00:{n % 60:02d}.123456789 +0000\tdocker.sglang\t" + json.dumps({"log": line})
+    ),
+    # a wrapper script's logger stamping what it relays (Python logging's asctime, a plain date)
+    "a logger's asctime stamp": lambda n, line: f"2026-12-01 12:00:{n % 60:02d},123 {line}",
     "pytest's failure report": lambda _, line: f"E       {line}",
     "a code view's line numbers": lambda n, line: f"{n + 1:>4} | {line}",
     "a terminal copy's trailing blanks": lambda _, line: f"{line}   ",
@@ -138,6 +150,8 @@ def test_the_kernels_journald_lines_keep_their_prefix():
     assert as_written("May 19 08:46:24 ubuntu python3[42]: Traceback (most recent call last):") == (
         "Traceback (most recent call last):"
     )
+    relayed = "<6>1 2026-12-01T12:00:00Z ubuntu kernel - - - Out of memory: Killed process 42 (python3)"
+    assert as_written(relayed) == relayed
 
 
 def test_sglang_milestones_under_a_compose_prefix_still_move_the_stage():

@@ -88,8 +88,14 @@ CARRIER_PREFIX_RES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^[A-Za-z0-9][\w.-]*[-_]\d+\s+\| ?"),
     # the CRI log format kubelet keeps under /var/log/pods (containerd, CRI-O): stamp, stream, P/F tag
     re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d) std(?:out|err) [PF] "),
-    re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ (?!kernel:)[\w.@/-]+(?:\[\d+\])?: "),
+    # syslog (RFC 3164, journald's short form), with the priority a relay keeps ("<11>Dec  1 ...")
+    re.compile(r"^(?:<\d{1,3}>)?[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ (?!kernel:)[\w.@/-]+(?:\[\d+\])?: "),
+    # RFC 5424 syslog: "<11>1 stamp host app procid msgid [structured data] "
+    re.compile(r"^<\d{1,3}>1 \S+ \S+ (?!kernel )\S+ \S+ \S+ (?:-|\[[^\]]*\]) "),
+    # a stamp a shipper or a logger put first: RFC 3339 (`--timestamps`), Python logging's asctime
+    # ("2026-12-01 12:00:00,123 "), fluentd's stdout ("<stamp>\t<tag>\t" before the record)
     re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+(?:Z|[+-]\d\d:\d\d) "),
+    re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?: ?(?:Z|[+-]\d\d:?\d\d))?(?: |\t[\w.-]+\t)"),
     re.compile(r"^> ?"),
     # `kubectl logs --prefix`'s "[pod/sglang-0/sglang] ", `docker service logs`' "sglang.1.x7k2@node1    | ",
     # pm2's "0|sglang  | "
@@ -329,6 +335,10 @@ def carrier_pieces(text: str) -> tuple[list[str], str]:
             break
         pieces.append(text[: match.end()])
         text = text[match.end() :]
+        if text.startswith('{"log":') and (record := docker_json_record(text)) is not None:
+            piece, text = record
+            pieces.append(piece)
+            text = without_colour(text)
     if not text.isascii() and not TYPOGRAPHY_CHARS.isdisjoint(text):
         text = text.translate(TYPOGRAPHY)
     if "&" in text and HTML_ENTITY_RE.search(text):
