@@ -94,7 +94,6 @@ CARRIER_PREFIX_RES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^<\d{1,3}>1 \S+ \S+ (?!kernel )\S+ \S+ \S+ (?:-|\[[^\]]*\]) "),
     # a stamp a shipper or a logger put first: RFC 3339 (`--timestamps`), Python logging's asctime
     # ("2026-12-01 12:00:00,123 "), fluentd's stdout ("<stamp>\t<tag>\t" before the record)
-    re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+(?:Z|[+-]\d\d:\d\d) "),
     re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?: ?(?:Z|[+-]\d\d:?\d\d))?(?: |\t[\w.-]+\t)"),
     re.compile(r"^> ?"),
     # `kubectl logs --prefix`'s "[pod/sglang-0/sglang] ", `docker service logs`' "sglang.1.x7k2@node1    | ",
