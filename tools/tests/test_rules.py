@@ -131,6 +131,8 @@ GOOD = {
         ({"cause": "oom", "phase_fixes": {"tomorrow": "x"}}, "phase_fixes"),
         ({"yields_to": ["gremlins"]}, "yields_to"),
         ({"yields_to": "arch_unsupported"}, "yields_to"),
+        ({"during": ["capture"]}, "during"),
+        ({"during": []}, "during"),
     ],
 )
 def test_malformed_rules_fail_at_load_time(change, message):
@@ -148,6 +150,31 @@ def test_a_flag_refusal_that_speaks_of_an_architecture_or_a_block_limit_is_their
     lines = {arch: "arch_unsupported", smem: "kernel_resources", pd_flag: "invalid_arguments"}
     assert all(flags.matches(line) for line in lines)
     assert {line: diagnose_lines(numbered([line])).cause for line in lines} == lines
+
+
+def test_custom_all_reduce_failing_during_capture_is_the_captures_not_the_transports():
+    # the same line: a transport failure at start-up, a capture's when the rank's last marker is a
+    # capture's (its graph buffers are registered when the capture ends), a transport's again once serving
+    failure = "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:164 'invalid argument'"
+    capturing = "Capturing CUDA graphs (FULL): 100%|##########| 2/2 [00:00<00:00, 6.11it/s]"
+    served = "INFO 09-10 09:40:00 [loggers.py:123] Avg prompt throughput: 10.0 tokens/s, Running: 1 reqs"
+    assert diagnose_lines(numbered([failure])).cause == "nccl"
+    assert diagnose_lines(numbered([capturing, failure])).rule_id == "custom-all-reduce-during-capture"
+    assert diagnose_lines(numbered([capturing, served, failure])).cause == "nccl"
+
+
+def test_an_error_that_ends_on_what_the_program_uses_instead_is_a_fallback_not_the_failure():
+    went_on = (
+        "Error running sage attention: SM89 kernel is not available. Make sure you GPUs with compute"
+        " capability 8.9., using pytorch attention instead."
+    )
+    advice = (
+        "ValueError: CUTLASS FMHA requires SM100a or SM110a. SM12x lacks tcgen05 MMA."
+        " Use backend='fa2' instead."
+    )
+    assert diagnose_lines(numbered([went_on])).cause == "unknown"
+    assert diagnose_lines(numbered([advice])).cause == "arch_unsupported"
+    assert diagnose_lines(numbered([went_on, advice])).cause == "arch_unsupported"
 
 
 def test_unknown_rule_keys_are_rejected():

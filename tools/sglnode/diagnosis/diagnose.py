@@ -207,9 +207,20 @@ FALLBACK_RE = re.compile(
 )
 
 
+# A line that ends by saying what the program uses instead ("Error running sage attention: SM89 kernel
+# is not available ..., using pytorch attention instead."): it went on, whatever level it was logged at.
+# (not advice: "Use backend='fa2' instead." is what the reader should do, not what the program did)
+GOING_ON_INSTEAD_RE = re.compile(
+    r", (?:using|falling back to) \S+(?: \S+){0,3} instead\W{0,3}$", re.IGNORECASE
+)
+
+
 def is_fallback_notice(text: str) -> bool:
-    """A WARNING-level line that says what the program does instead of what it could not do."""
-    return is_warning_only(text) and FALLBACK_RE.search(text) is not None
+    """A line that says what the program does instead of what it could not do: at WARNING level, or
+    ending on what it uses instead."""
+    if is_warning_only(text):
+        return FALLBACK_RE.search(text) is not None
+    return "instead" in text and GOING_ON_INSTEAD_RE.search(text) is not None
 
 
 def is_oom_narration(text: str) -> bool:
@@ -660,6 +671,10 @@ class Diagnoser:
                 and rule.matches(joined.text)
             ):
                 matched = joined
+            if matched is not None and rule.during:
+                marker = self._marker_for(rank)
+                if marker is None or marker[0] not in rule.during:
+                    continue
             if matched is not None:
                 self._previous_rules.add(rule.id)
                 if rule.cause == "oom":

@@ -37,8 +37,10 @@ CAUSES: tuple[str, ...] = (
 OOM_PHASES: tuple[str, ...] = ("weights", "kv_cache", "cuda_graph", "runtime")
 # A rule's phase is fixed, inferred from where the log was ("from_context"), or absent.
 RULE_PHASES: tuple[str, ...] = (*OOM_PHASES, "from_context")
+# The startup stages a log's markers name (phases.yaml markers), in startup order.
+MARKER_STAGES = ("weights", "kv_cache", "cuda_graph", "serving")
 CONFIDENCES: tuple[str, ...] = ("high", "medium", "low")
-OPTIONAL_KEYS = frozenset({"phase", "phase_fixes", "negative_examples", "upstream", "yields_to"})
+OPTIONAL_KEYS = frozenset({"phase", "phase_fixes", "negative_examples", "upstream", "yields_to", "during"})
 REQUIRED_KEYS = frozenset(
     {
         "id",
@@ -82,6 +84,9 @@ class Rule:
     # Families whose words (vocabulary.yaml) take a line this rule matches: a check that names the
     # flag it refuses is an architecture's or a resource limit's when it speaks of those.
     yields_to: frozenset[str] = frozenset()
+    # Startup stages (MARKER_STAGES) the rule holds in: the crashing rank's last marker must be one. A
+    # collective failing while CUDA graphs are captured is the capture's failure, not the transport's.
+    during: frozenset[str] = frozenset()
 
     def matches(self, line: str) -> bool:
         # A substring test first: most lines of a serving log contain none of the literals, and
@@ -220,7 +225,16 @@ def parse_rule(raw: dict[str, Any]) -> Rule:
         negative_examples=tuple(raw.get("negative_examples") or ()),
         literals=tuple(required_literal(pattern) for pattern in raw["patterns"]),
         yields_to=frozenset(_causes(rule_id, raw.get("yields_to") or [])),
+        during=_stages(rule_id, raw.get("during")),
     )
+
+
+def _stages(rule_id: str, stages: Any) -> frozenset[str]:
+    if stages is None:
+        return frozenset()
+    if not isinstance(stages, list) or not stages or not set(stages) <= set(MARKER_STAGES):
+        raise RuleError(f"rule {rule_id}: during must list stages among {MARKER_STAGES}")
+    return frozenset(stages)
 
 
 def _causes(rule_id: str, causes: Any) -> list[str]:
@@ -278,9 +292,6 @@ class PhaseEvidence:
             if any(pattern.search(line) for pattern in patterns):
                 return stage
         return None
-
-
-MARKER_STAGES = ("weights", "kv_cache", "cuda_graph", "serving")
 
 
 def parse_phase_evidence(data: dict[str, Any]) -> PhaseEvidence:
