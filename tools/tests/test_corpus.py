@@ -43,7 +43,6 @@ TRAIN_KNOWN_MISSES = {
     "1000-gpu-burn-load-module-ptx-unsupported-toolchain",
     "1007-candle-named-symbol-not-found-cast-bf16-2080ti",
     "1023-cuda-jl-load-kernel-image-not-supported-801-gtx1080",
-    "1105-torch-compile-cudagraph-trees-output-overwritten",
     "1123-trtllm-no-valid-groupwise-gemm-tactic",
     "1154-textgen-vicuna-checkpoint-shards-killed-0pct",
     "1157-vllm-pynccl-pipe-kv-recv-wait-timeout",

@@ -716,7 +716,9 @@ class Diagnoser:
         elif not FRAME_LINE_RE.search(line.text):
             self._meaningful.append(line)
             # Frames and the source line under each frame quote code ("timeout=timeout"), not errors.
-            is_frame = FRAME_RE.search(line.text) is not None
+            # (an exception line that quotes a frame is still the exception: torch inductor's "RuntimeError:
+            # Error: accessing tensor output of CUDAGraphs ... Stack trace: File "bug.py", line 7, in f")
+            is_frame = FRAME_RE.search(line.text) is not None and EXCEPTION_LINE_RE.search(line.text) is None
             opened = self._error_opened
             self._error_opened = False
             continued = self._in_error_message and line.text[:1].isspace()
