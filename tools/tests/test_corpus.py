@@ -146,6 +146,18 @@ def test_corpus_is_large_and_well_formed():
     assert len(urls) == len(ITEMS), "each corpus item is a different report"
 
 
+def test_a_label_the_audit_changed_or_questioned_stays_marked_uncertain():
+    # docs/corpus-labels.md: an audited label says so in `settled`, and is never quietly made certain again
+    audited = [item for item in ITEMS if "Label audit" in str(item.meta["settled"])]
+    assert len(audited) >= 88  # the 2026-12-02 audit: 60 changed, 28 questioned
+    for item in audited:
+        assert item.meta["label_uncertain"], item.name
+        settled = str(item.meta["settled"])
+        assert "docs/corpus-labels.md" in settled and ("the label was" in settled or "is kept" in settled), (
+            item.name
+        )
+
+
 def test_split_is_the_fixed_hash_rule_not_a_choice():
     # Nobody moves an item between splits: the URL decides.
     for item in ITEMS:
