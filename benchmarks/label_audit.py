@@ -59,9 +59,12 @@ def valid_reading(reading: object) -> bool:
 
 
 def write_private(path: Path, data: dict) -> None:
+    """A key the annotators must not read: created 0600, never readable by others for a moment."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    os.chmod(path, 0o600)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)  # (a key file that was there before keeps no wider mode)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as key_file:
+        key_file.write(json.dumps(data, indent=1))
 
 
 def convention_text() -> str:
