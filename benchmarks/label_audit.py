@@ -27,6 +27,7 @@ import random
 import shutil
 import sys
 from collections import Counter
+from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 
@@ -67,8 +68,11 @@ def write_private(path: Path, data: dict) -> None:
         key_file.write(json.dumps(data, indent=1))
 
 
-def convention_text() -> str:
-    return CONVENTION.read_text(encoding="utf-8").split(PROTOCOL_HEADING)[0]
+def hand_out_convention(folders: list[Path]) -> None:
+    """The label definitions beside each folder of excerpts (not the protocol that checks them)."""
+    text = CONVENTION.read_text(encoding="utf-8").split(PROTOCOL_HEADING)[0]
+    for folder in folders:
+        (folder / "CONVENTIONS.md").write_text(text, encoding="utf-8")
 
 
 def prepare(split: str, out: Path, key_path: Path, chunks: int, seed: int) -> dict:
@@ -83,20 +87,28 @@ def prepare(split: str, out: Path, key_path: Path, chunks: int, seed: int) -> di
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(bench.CORPUS / f"{item.name}.log", folder / f"{anonymous}.log")
         key[anonymous] = {"name": item.name, "label": item.label, "chunk": chunk}
-    for chunk in range(1, chunks + 1):
-        (out / f"chunk{chunk}" / "CONVENTIONS.md").write_text(convention_text(), encoding="utf-8")
+    hand_out_convention([out / f"chunk{chunk}" for chunk in range(1, chunks + 1)])
     write_private(key_path, key)
     return key
 
 
+def answers(
+    folder: Path, pattern: str, expected: dict, valid: Callable[[object], bool]
+) -> tuple[dict, int, int]:
+    """Every answer file's entries merged (an annotator's blind.json, an adjudicator's verdicts.json),
+    with how many expected entries are missing and how many are not a valid answer."""
+    merged: dict = {}
+    for path in sorted(folder.glob(pattern)):
+        merged.update(json.loads(path.read_text(encoding="utf-8")))
+    missing = len(set(expected) - set(merged))
+    bad = sum(1 for key in expected if key in merged and not valid(merged[key]))
+    return merged, missing, bad
+
+
 def blind_readings(blind_dir: Path, key: dict) -> dict:
-    readings: dict = {}
-    for path in sorted(blind_dir.glob("chunk*/blind.json")):
-        readings.update(json.loads(path.read_text(encoding="utf-8")))
-    missing = sorted(set(key) - set(readings))
-    bad = sorted(item for item in key if item in readings and not valid_reading(readings[item]))
+    readings, missing, bad = answers(blind_dir, "chunk*/blind.json", key, valid_reading)
     if missing or bad:
-        raise AuditError(f"blind readings: {len(missing)} items missing, {len(bad)} not a valid label")
+        raise AuditError(f"blind readings: {missing} items missing, {bad} not a valid label")
     return readings
 
 
@@ -139,22 +151,20 @@ def lay_out_cases(
         cases[case] = {"item": item, "group": group, "options": options}
         with (folder / "OPTIONS.txt").open("a", encoding="utf-8") as listing:
             listing.write(f"{case}: option A = {options[0]}   option B = {options[1]}\n")
-    for group in range(1, groups + 1):
-        (cases_dir / f"group{group}" / "CONVENTIONS.md").write_text(convention_text(), encoding="utf-8")
+    hand_out_convention([cases_dir / f"group{group}" for group in range(1, groups + 1)])
     write_private(cases_key_path, cases)
     return cases
 
 
 def verdicts_of(verdicts_dir: Path, cases: dict) -> dict:
-    picks: dict = {}
-    for path in sorted(verdicts_dir.glob("group*/verdicts.json")):
-        picks.update(json.loads(path.read_text(encoding="utf-8")))
-    missing = sorted(set(cases) - set(picks))
-    bad = sorted(
-        case for case in cases if case in picks and picks[case].get("pick") not in ("A", "B", "neither")
+    picks, missing, bad = answers(
+        verdicts_dir,
+        "group*/verdicts.json",
+        cases,
+        lambda verdict: isinstance(verdict, dict) and verdict.get("pick") in ("A", "B", "neither"),
     )
     if missing or bad:
-        raise AuditError(f"verdicts: {len(missing)} cases missing, {len(bad)} not A, B or neither")
+        raise AuditError(f"verdicts: {missing} cases missing, {bad} not A, B or neither")
     return picks
 
 
