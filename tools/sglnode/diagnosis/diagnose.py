@@ -329,13 +329,22 @@ def docker_json_record(text: str) -> tuple[str, str] | None:
     return f"docker json-file {record.get('stream', 'log')}: ", logged.rstrip("\r\n")
 
 
+def record_off(text: str, pieces: list[str]) -> str | None:
+    """The line a Docker json-file (or fluentd) record logged, the record's own piece added to
+    `pieces`; None when `text` opens no record."""
+    if text.startswith('{"log":') and (record := docker_json_record(text)) is not None:
+        piece, logged = record
+        pieces.append(piece)
+        return logged
+    return None
+
+
 def carrier_pieces(text: str) -> tuple[list[str], str]:
     """split_carrier's carrier, piece by piece (a Docker record's stream, compose's prefix, a stamp,
     a launcher's rank), and the line as the process wrote it."""
-    pieces = []
-    if text.startswith('{"log":') and (record := docker_json_record(text)) is not None:
-        piece, text = record
-        pieces.append(piece)
+    pieces: list[str] = []
+    if (logged := record_off(text, pieces)) is not None:
+        text = logged
     text = without_colour(text)
     # (SGLang's own "[2026-..." opens most lines of its log, and no carrier starts so)
     for _ in range(0 if text[:1] == "[" and text[1:2].isdigit() else 3):
@@ -345,10 +354,8 @@ def carrier_pieces(text: str) -> tuple[list[str], str]:
             break
         pieces.append(text[: match.end()])
         text = text[match.end() :]
-        if text.startswith('{"log":') and (record := docker_json_record(text)) is not None:
-            piece, text = record
-            pieces.append(piece)
-            text = without_colour(text)
+        if (logged := record_off(text, pieces)) is not None:
+            text = without_colour(logged)
     if not text.isascii() and not TYPOGRAPHY_CHARS.isdisjoint(text):
         text = text.translate(TYPOGRAPHY)
     if "&" in text and HTML_ENTITY_RE.search(text):
