@@ -1,0 +1,74 @@
+"""Where an OOM happened, told from the engines' own start-up lines and traceback frames.
+
+fixtures/phase-evidence/*.yaml quote, from each engine's source (repo, path, line), the progress lines it
+logs as it moves through start-up (loading weights, sizing the KV cache, capturing CUDA graphs, serving)
+and the functions a traceback shows while it is in a stage, each with the phase an OOM right after it falls
+in (`phase_after`, judged from the engine's code order; the quoting sessions had not read the rules, and
+the files were scored before any marker was written from them). The test puts a bare GPU OOM (one that
+names no phase itself) after the line, or at the bottom of a traceback through the frame, and requires the
+diagnosis to place it in that phase: an engine's line that the phase evidence does not know, or misreads,
+fails here before an operator is sent to the weights fix for an OOM that happened while serving.
+"""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sglnode.diagnosis.diagnose import diagnose_lines, numbered
+from sglnode.diagnosis.rulebook import OOM_PHASES
+
+EVIDENCE = Path(__file__).parent / "fixtures" / "phase-evidence"
+KEYS = {"kind", "phase_after", "library", "repo", "path", "line", "text", "rendered"}
+# An OOM in words that place it nowhere: the phase must come from the line or the frame before it.
+BARE_OOM = "RuntimeError: CUDA error: out of memory"
+TORCH_OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+
+
+def load() -> list[dict]:
+    entries = []
+    for path in sorted(EVIDENCE.glob("*.yaml")):
+        for index, entry in enumerate(yaml.safe_load(path.read_text())):
+            entries.append({**entry, "_id": f"{path.stem}-{index}-{entry['library']}"})
+    return entries
+
+
+ENTRIES = load()
+
+
+def log_for(entry: dict) -> list[str]:
+    """The excerpt a report would show: the marker, then the OOM; or a traceback through the frame."""
+    if entry["kind"] == "marker":
+        return [" ".join(entry["rendered"].split()), BARE_OOM]
+    return [
+        "Traceback (most recent call last):",
+        entry["rendered"].rstrip(),
+        "    out = torch.empty(size, device=device)",
+        TORCH_OOM,
+    ]
+
+
+def test_the_quoted_lines_are_sourced_and_cover_every_phase():
+    assert ENTRIES
+    for entry in ENTRIES:
+        assert set(entry) >= KEYS, entry["_id"]
+        assert entry["kind"] in {"marker", "frame"}, entry["_id"]
+        assert entry["phase_after"] in OOM_PHASES, entry["_id"]
+        assert entry["repo"].count("/") == 1 and entry["path"], entry["_id"]
+    assert {entry["phase_after"] for entry in ENTRIES} == set(OOM_PHASES)
+    assert len({entry["library"] for entry in ENTRIES}) >= 5
+
+
+def test_a_bare_oom_alone_is_placed_by_nothing_it_says():
+    # the premise: without the line before it, the OOM's own words name no phase
+    diagnosis = diagnose_lines(numbered([BARE_OOM]))
+    assert diagnosis.cause == "oom"
+    assert diagnosis.phase_evidence.kind == "stage"
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda entry: entry["_id"])
+def test_an_engines_own_line_places_the_oom_after_it(entry):
+    lines = log_for(entry)
+    diagnosis = diagnose_lines(numbered(lines))
+    assert diagnosis.cause == "oom", lines
+    assert diagnosis.phase == entry["phase_after"], f"{lines[:-1]!r} ({entry['repo']}:{entry['path']})"
