@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
+from quoted_fixtures import quoted_entries
 
 from sglnode.diagnosis.diagnose import diagnose_lines, numbered
 from sglnode.diagnosis.rulebook import CAUSES, OOM_PHASES
@@ -109,15 +109,7 @@ def printed(entry: dict) -> str:
     return f"RuntimeError: {text}"
 
 
-def load() -> list[dict]:
-    entries = []
-    for path in sorted(MESSAGES.glob("*.yaml")):
-        for index, entry in enumerate(yaml.safe_load(path.read_text(encoding="utf-8"))):
-            entries.append({**entry, "_id": f"{path.stem}-{index}-{entry['library']}"})
-    return entries
-
-
-ENTRIES = load()
+ENTRIES = quoted_entries(MESSAGES)
 
 
 def test_the_quoted_messages_are_sourced_and_cover_many_libraries():

@@ -13,7 +13,7 @@ fails here before an operator is sent to the weights fix for an OOM that happene
 from pathlib import Path
 
 import pytest
-import yaml
+from quoted_fixtures import quoted_entries
 
 from sglnode.diagnosis.diagnose import diagnose_lines, numbered
 from sglnode.diagnosis.rulebook import OOM_PHASES
@@ -25,15 +25,7 @@ BARE_OOM = "RuntimeError: CUDA error: out of memory"
 TORCH_OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
 
 
-def load() -> list[dict]:
-    entries = []
-    for path in sorted(EVIDENCE.glob("*.yaml")):
-        for index, entry in enumerate(yaml.safe_load(path.read_text())):
-            entries.append({**entry, "_id": f"{path.stem}-{index}-{entry['library']}"})
-    return entries
-
-
-ENTRIES = load()
+ENTRIES = quoted_entries(EVIDENCE)
 
 
 def log_for(entry: dict) -> list[str]:
