@@ -10,6 +10,7 @@ diagnosis to place it in that phase: an engine's line that the phase evidence do
 fails here before an operator is sent to the weights fix for an OOM that happened while serving.
 """
 
+import re
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ from quoted_fixtures import quoted_entries
 
 from sglnode.diagnosis.diagnose import diagnose_lines, numbered
 from sglnode.diagnosis.rulebook import OOM_PHASES
+from sglnode.upstream import strings
+from sglnode.upstream.wheels import WheelSource, pinned_wheel
 
 EVIDENCE = Path(__file__).parent / "fixtures" / "phase-evidence"
 KEYS = {"kind", "phase_after", "library", "repo", "path", "line", "text", "rendered"}
@@ -49,6 +52,29 @@ def test_the_quoted_lines_are_sourced_and_cover_every_phase():
         assert entry["repo"].count("/") == 1 and entry["path"], entry["_id"]
     assert {entry["phase_after"] for entry in ENTRIES} == set(OOM_PHASES)
     assert len({entry["library"] for entry in ENTRIES}) >= 5
+
+
+def test_sglangs_lines_and_frames_are_the_pinned_wheels():
+    # SGLang's entries quote the pinned wheel: a marker's literal pieces are in one string of its file,
+    # a frame's function is defined there (a line reworded or a function renamed upstream fails here).
+    placeholder = re.compile(r"\{[^{}]*\}|%[-\d.]*[sdrif]|\\n")
+    claimed = [entry for entry in ENTRIES if entry["library"] == "sglang"]
+    assert len(claimed) >= 10
+    drifted = []
+    with WheelSource(pinned_wheel("sglang")) as wheel:
+        for entry in claimed:
+            source = wheel.read(entry["path"])
+            if entry["kind"] == "frame":
+                found = re.search(rf"\bdef {re.escape(entry['text'])}\(", source) is not None
+            else:
+                pieces = [piece.strip() for piece in placeholder.split(entry["text"]) if piece.strip()]
+                found = any(
+                    all(piece in literal for piece in pieces)
+                    for literal in strings.literals(source, entry["path"])
+                )
+            if not found:
+                drifted.append(f"{entry['_id']}: {entry['path']}: {entry['text'][:80]}")
+    assert not drifted, "\n".join(drifted)
 
 
 def test_a_bare_oom_alone_is_placed_by_nothing_it_says():
