@@ -222,9 +222,68 @@ def test_json_schema_is_stable():
     ]
     assert payload["schema_version"] == SCHEMA_VERSION
     assert set(payload["evidence"][0]) == {"line_no", "text", "source"}
-    assert payload["phase_evidence"]["kind"] in {"message", "frame", "marker", "forward", "stage"}
+    assert payload["phase_evidence"]["kind"] in {"message", "frame", "marker", "forward", "size", "stage"}
     assert payload["rule_evidence"]
     json.dumps(payload)
+
+
+def test_an_ask_larger_than_the_gpu_is_no_weight_shard():
+    # No frame, marker or forward frame: only the message's own numbers. PyTorch states the ask and the
+    # GPU's total; an ask above the total is a buffer sized from the configuration (KV pool, profile run).
+    oversized = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1029.51 GiB. "
+        "GPU 0 has a total capacity of 79.35 GiB of which 19.23 GiB is free."
+    )
+    diagnosis = diagnose_lines(numbered([oversized]))
+    assert (diagnosis.cause, diagnosis.phase) == ("oom", "kv_cache")
+    assert diagnosis.phase_evidence.kind == "size"
+    assert any("more than the whole GPU" in note for note in diagnosis.notes)
+    # torch before 2.2 words it "(GPU 0; 7.93 GiB total capacity; ...)"; units differ from the total's.
+    older = (
+        "RuntimeError: CUDA out of memory. Tried to allocate 8192.00 MiB "
+        "(GPU 0; 7.93 GiB total capacity; 1 GiB free)"
+    )
+    assert diagnose_lines(numbered([older])).phase_evidence.kind == "size"
+    # An ask that fits the GPU says nothing: the last stage (loading) stands.
+    fits = oversized.replace("1029.51 GiB", "136.00 MiB")
+    assert diagnose_lines(numbered([fits])).phase_evidence.kind == "stage"
+    assert diagnose_lines(numbered([fits])).phase == "weights"
+    # Past loading the marker decides, whatever the size.
+    marked = [
+        "[2026-11-29 09:40:00 TP0] Capture cuda graph begin. This can take up to several minutes.",
+        oversized,
+    ]
+    assert diagnose_lines(numbered(marked)).phase == "cuda_graph"
+
+
+def test_a_collective_failing_inside_the_capture_wrapper_is_the_captures():
+    # SGLang wraps any capture exception ("Capture cuda graph failed: {e}"); the corpus labels a collective's
+    # failure inside it the capture's (gloo, custom all-reduce), while the same words alone are NCCL's.
+    wrapped = (
+        "Exception: Capture cuda graph failed: Runtime check failed at "
+        "sgl_kernel/distributed/custom_all_reduce.cuh:37: CUDA error: invalid argument"
+    )
+    assert diagnose_lines(numbered([wrapped])).cause == "cuda_graph_capture"
+    bare = "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:164 'invalid argument'"
+    assert diagnose_lines(numbered([bare])).cause == "nccl"
+    # an architecture inside the wrapper stays the architecture's
+    arch = (
+        "Exception: Capture cuda graph failed: "
+        "No supported CUDA architectures found for major versions [9, 10]."
+    )
+    assert diagnose_lines(numbered([arch])).cause == "arch_unsupported"
+
+
+def test_cutlass_error_internal_at_initialize_is_a_shared_memory_refusal():
+    # CUTLASS returns kErrorInternal when cudaFuncSetAttribute refuses the tile's dynamic shared memory;
+    # "on sm120" in the runner's message does not make it a missing kernel.
+    line = "RuntimeError: [FP4 gemm Runner] Failed to run cutlass FP4 gemm on sm120. Error: Error Internal"
+    assert diagnose_lines(numbered([line])).cause == "kernel_resources"
+    assert diagnose_lines(
+        numbered(["RuntimeError: cutlass group_gemm.initialize failed: Error Internal"])
+    ).cause == ("kernel_resources")
+    # a bare status names no operation: not read
+    assert diagnose_lines(numbered(["RuntimeError: Error Internal"])).cause == "unknown"
 
 
 def test_conclusive_and_terminal_flags():

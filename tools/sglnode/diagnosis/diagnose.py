@@ -440,7 +440,7 @@ class Hit:
 @dataclass(frozen=True)
 class PhaseDecision:
     phase: str
-    kind: str  # message | frame | marker | served | forward | stage
+    kind: str  # message | frame | marker | served | forward | size | stage
     line: LogLine | None
 
     def note(self) -> str:
@@ -456,6 +456,11 @@ class PhaseDecision:
             "served": (
                 f"phase {self.phase}: the server answered requests after the error{where}, which only a "
                 "runtime OOM leaves it able to do"
+            ),
+            "size": (
+                f"phase {self.phase}: no frame or marker; the allocation asked for more than the whole GPU "
+                f"holds{where}, which no weight shard does: a buffer sized from the configuration (the KV "
+                "pool, or the profiling pass that sizes it)"
             ),
             "stage": f"phase {self.phase}: no frame or marker says more; the last stage reached",
         }[self.kind]
@@ -904,7 +909,12 @@ class Diagnoser:
         forward = next((line for line in around if self.phase_evidence.is_forward_frame(line.text)), None)
         if forward is not None:
             return PhaseDecision(self.phase_evidence.forward_phase, "forward", forward)
-        return PhaseDecision(STAGE_TO_OOM_PHASE[hit.stage], "stage", None)
+        by_stage = STAGE_TO_OOM_PHASE[hit.stage]
+        # Nothing past loading was reached, but the message's own numbers rule the weights out: an ask
+        # larger than the whole GPU is a buffer sized from the configuration (phases.yaml: oversized).
+        if by_stage == "weights" and self.phase_evidence.asks_more_than_gpu(hit.line.text):
+            return PhaseDecision(self.phase_evidence.oversized_phase, "size", hit.line)
+        return PhaseDecision(by_stage, "stage", None)
 
     def _code_match(
         self, errors: list[tuple[LogLine, int]], stage: str, gpu_memory: list[dict[str, int]] | None

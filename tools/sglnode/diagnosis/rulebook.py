@@ -274,6 +274,24 @@ class PhaseEvidence:
     forward: tuple[re.Pattern[str], ...] = ()  # frames of a forward pass: runtime when nothing else says
     forward_phase: str = "runtime"
     requests: tuple[re.Pattern[str], ...] = ()  # the serving markers that are requests being answered
+    # an allocator's message stating the size asked and the GPU's total (named groups ask, ask_unit,
+    # total, total_unit): an ask larger than the GPU is no weight shard
+    oversized: tuple[re.Pattern[str], ...] = ()
+    oversized_phase: str = "kv_cache"
+
+    def asks_more_than_gpu(self, line: str) -> bool:
+        """The allocation that failed asked for more than the whole GPU holds."""
+        for pattern in self.oversized:
+            found = pattern.search(line)
+            if found is None:
+                continue
+            groups = found.groupdict()
+            if groups.get("ask") is None:  # a message that states it without numbers ("more than 1EB")
+                return True
+            asked = float(groups["ask"]) * _BINARY_UNITS[groups["ask_unit"]]
+            total = float(groups["total"]) * _BINARY_UNITS[groups["total_unit"]]
+            return asked > total
+        return False
 
     def is_request_line(self, line: str) -> bool:
         return any(pattern.search(line) for pattern in self.requests)
@@ -292,6 +310,21 @@ class PhaseEvidence:
             if any(pattern.search(line) for pattern in patterns):
                 return stage
         return None
+
+
+_BINARY_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}
+
+
+def _oversized_patterns(entry: dict[str, Any]) -> tuple[re.Pattern[str], ...]:
+    patterns = _compile("oversized", entry.get("patterns"))
+    for pattern in patterns:
+        names = set(pattern.groupindex)
+        if names and names != {"ask", "ask_unit", "total", "total_unit"}:
+            raise RuleError(
+                f"phases.yaml: oversized pattern {pattern.pattern!r} "
+                "must name ask, ask_unit, total, total_unit"
+            )
+    return patterns
 
 
 def parse_phase_evidence(data: dict[str, Any]) -> PhaseEvidence:
@@ -314,12 +347,17 @@ def parse_phase_evidence(data: dict[str, Any]) -> PhaseEvidence:
     forward = data.get("forward") or {}
     if forward and forward.get("phase") not in OOM_PHASES:
         raise RuleError(f"phases.yaml: forward phase {forward.get('phase')!r} not one of {OOM_PHASES}")
+    oversized = data.get("oversized") or {}
+    if oversized and oversized.get("phase") not in OOM_PHASES:
+        raise RuleError(f"phases.yaml: oversized phase {oversized.get('phase')!r} not one of {OOM_PHASES}")
     return PhaseEvidence(
         tuple(frames),
         tuple(markers),
         _compile("forward", forward.get("patterns")) if forward else (),
         forward.get("phase", "runtime"),
         tuple(requests),
+        _oversized_patterns(oversized) if oversized else (),
+        oversized.get("phase", "kv_cache"),
     )
 
 
