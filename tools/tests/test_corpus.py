@@ -45,7 +45,6 @@ TRAIN_KNOWN_MISSES = {
     "1154-textgen-vicuna-checkpoint-shards-killed-0pct",
     "1161-sglang-router-no-prefill-worker",
     "1162-trtllm-cachetransceiver-dynamic-buffer-nixl",
-    "1208-onnxruntime-cuda-graph-bfc-arena-alloc-failed",
     "1216-lmcache-cpu-pool-failed-to-allocate-tensor",
     "1268-sglang-retract-decode-no-space-left-for-one-request",
     "1310-trtllm-attention-sinks-flashinfer-backend-rtx-pro-6000-negative",
