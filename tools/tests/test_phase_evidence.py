@@ -8,6 +8,8 @@ the files were scored before any marker was written from them). The test puts a 
 names no phase itself) after the line, or at the bottom of a traceback through the frame, and requires the
 diagnosis to place it in that phase: an engine's line that the phase evidence does not know, or misreads,
 fails here before an operator is sent to the weights fix for an OOM that happened while serving.
+A `traceback` entry is a whole record (tracebacks.yaml): every frame of a code path down to torch's OOM,
+where pool or cache code reached from the serving loop must still say runtime.
 """
 
 import re
@@ -31,8 +33,14 @@ TORCH_OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 
 ENTRIES = quoted_entries(EVIDENCE)
 
 
+FRAME_RE = re.compile(r'File "[^"]*/site-packages/(sglang/[^"]+\.py)", line (\d+), in (\S+)$')
+
+
 def log_for(entry: dict) -> list[str]:
-    """The excerpt a report would show: the marker, then the OOM; or a traceback through the frame."""
+    """The excerpt a report would show: the marker, then the OOM; a traceback through the frame; or the
+    whole record a traceback entry quotes."""
+    if entry["kind"] == "traceback":
+        return entry["rendered"].rstrip("\n").split("\n")
     if entry["kind"] == "marker":
         return [" ".join(entry["rendered"].split()), BARE_OOM]
     return [
@@ -47,11 +55,14 @@ def test_the_quoted_lines_are_sourced_and_cover_every_phase():
     assert ENTRIES
     for entry in ENTRIES:
         assert set(entry) >= KEYS, entry["_id"]
-        assert entry["kind"] in {"marker", "frame"}, entry["_id"]
+        assert entry["kind"] in {"marker", "frame", "traceback"}, entry["_id"]
         assert entry["phase_after"] in OOM_PHASES, entry["_id"]
         assert entry["repo"].count("/") == 1 and entry["path"], entry["_id"]
     assert {entry["phase_after"] for entry in ENTRIES} == set(OOM_PHASES)
     assert len({entry["library"] for entry in ENTRIES}) >= 5
+    tracebacks = [entry for entry in ENTRIES if entry["kind"] == "traceback"]
+    assert len(tracebacks) >= 8
+    assert {entry["phase_after"] for entry in tracebacks} >= {"weights", "kv_cache", "runtime"}
 
 
 def test_sglangs_lines_and_frames_are_the_pinned_wheels():
@@ -64,6 +75,9 @@ def test_sglangs_lines_and_frames_are_the_pinned_wheels():
     with WheelSource(pinned_wheel("sglang")) as wheel:
         for entry in claimed:
             source = wheel.read(entry["path"])
+            if entry["kind"] == "traceback":
+                drifted += list(_drifted_frames(wheel, entry))
+                continue
             if entry["kind"] == "frame":
                 found = re.search(rf"\bdef {re.escape(entry['text'])}\(", source) is not None
             else:
@@ -75,6 +89,26 @@ def test_sglangs_lines_and_frames_are_the_pinned_wheels():
             if not found:
                 drifted.append(f"{entry['_id']}: {entry['path']}: {entry['text'][:80]}")
     assert not drifted, "\n".join(drifted)
+
+
+def _drifted_frames(wheel: WheelSource, entry: dict):
+    """The SGLang frames of a whole traceback that the pinned wheel does not have: the function is not
+    defined in that file, or the source line printed under the frame is not that line of the file."""
+    lines = log_for(entry)
+    frames = 0
+    for index, line in enumerate(lines):
+        frame = FRAME_RE.search(line)
+        if not frame:
+            continue
+        frames += 1
+        path, line_no, function = frame.group(1), int(frame.group(2)), frame.group(3)
+        source = wheel.read(path).splitlines()
+        defined = function.startswith("<") or re.search(rf"\bdef {re.escape(function)}\(", "\n".join(source))
+        printed = lines[index + 1].strip() if index + 1 < len(lines) else ""
+        if not defined or line_no > len(source) or source[line_no - 1].strip() != printed:
+            yield f"{entry['_id']}: {path}:{line_no} in {function}: {printed[:60]}"
+    if not frames:
+        yield f"{entry['_id']}: no SGLang frame"
 
 
 def test_a_bare_oom_alone_is_placed_by_nothing_it_says():
