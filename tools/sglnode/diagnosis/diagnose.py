@@ -543,12 +543,19 @@ def traceback_window(recent: Iterable[LogLine]) -> list[LogLine]:
 def frame_phase(lines: Iterable[LogLine], evidence: PhaseEvidence) -> tuple[str, LogLine] | None:
     """The phase of the outermost frame with a phase hint among `lines`: what the process was doing
     (weight loading, pool sizing, graph capture, the serving loop) calls the forward pass that
-    allocated, so the outer frame names the phase and an inner `forward`/`execute_model` does not."""
+    allocated, so the outer frame names the phase and an inner `forward`/`execute_model` does not.
+    A frame that spans several stages (phases.yaml `containers`) yields to the next phase frame inside
+    it: lmdeploy's Engine.from_pretrained builds the model, the cache engine and the graphs."""
+    container: tuple[str, LogLine] | None = None
     for line in lines:
         phase = evidence.frame_phase(line.text)
-        if phase is not None:
-            return phase, line
-    return None
+        if phase is None:
+            continue
+        if evidence.is_container_frame(line.text):
+            container = container or (phase, line)
+            continue
+        return phase, line
+    return container
 
 
 class Diagnoser:

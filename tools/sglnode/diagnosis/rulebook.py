@@ -278,6 +278,12 @@ class PhaseEvidence:
     # total, total_unit): an ask larger than the GPU is no weight shard
     oversized: tuple[re.Pattern[str], ...] = ()
     oversized_phase: str = "kv_cache"
+    # phase frames that span several stages (an engine's whole constructor, a warm-up that sizes the KV
+    # cache and then captures graphs): they place an OOM only when no other phase frame lies inside them
+    containers: tuple[re.Pattern[str], ...] = ()
+
+    def is_container_frame(self, line: str) -> bool:
+        return any(pattern.search(line) for pattern in self.containers)
 
     def asks_more_than_gpu(self, line: str) -> bool:
         """The allocation that failed asked for more than the whole GPU holds."""
@@ -358,6 +364,7 @@ def parse_phase_evidence(data: dict[str, Any]) -> PhaseEvidence:
         tuple(requests),
         _oversized_patterns(oversized) if oversized else (),
         oversized.get("phase", "kv_cache"),
+        _compile("containers", data.get("containers")) if data.get("containers") else (),
     )
 
 
