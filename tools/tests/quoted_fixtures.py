@@ -1,9 +1,16 @@
-"""The quoted-source fixtures (library messages, engines' phase evidence): every yaml file of a folder,
-entry by entry, each with an id naming its file, its index and its library."""
+"""The quoted-source fixtures (library messages, engines' phase evidence, whole records): every yaml file
+of a folder, entry by entry, each with an id naming its file, its index and its library; and the check that
+a quoted traceback's SGLang frames are the pinned wheel's."""
 
+import re
 from pathlib import Path
 
 import yaml
+
+from sglnode.upstream.wheels import WheelSource
+
+# A traceback frame in the installed SGLang ("File ".../site-packages/sglang/srt/x.py", line 12, in f").
+SGLANG_FRAME_RE = re.compile(r'File "[^"]*/site-packages/(sglang/[^"]+\.py)", line (\d+), in (\S+)$')
 
 
 def quoted_entries(folder: Path) -> list[dict]:
@@ -12,3 +19,24 @@ def quoted_entries(folder: Path) -> list[dict]:
         for index, entry in enumerate(yaml.safe_load(path.read_text(encoding="utf-8"))):
             entries.append({**entry, "_id": f"{path.stem}-{index}-{entry['library']}"})
     return entries
+
+
+def drifted_sglang_frames(wheel: WheelSource, entry_id: str, lines: list[str]) -> list[str]:
+    """The SGLang frames of a quoted traceback that the pinned wheel does not have: the function is not
+    defined in that file, or the source line printed under the frame is not that line of the file. A
+    traceback with no SGLang frame at all is reported too (it cannot have been checked)."""
+    drifted, frames = [], 0
+    for index, line in enumerate(lines):
+        frame = SGLANG_FRAME_RE.search(line)
+        if not frame:
+            continue
+        frames += 1
+        path, line_no, function = frame.group(1), int(frame.group(2)), frame.group(3)
+        source = wheel.read(path).splitlines()
+        defined = function.startswith("<") or re.search(rf"\bdef {re.escape(function)}\(", "\n".join(source))
+        printed = lines[index + 1].strip() if index + 1 < len(lines) else ""
+        if not defined or line_no > len(source) or source[line_no - 1].strip() != printed:
+            drifted.append(f"{entry_id}: {path}:{line_no} in {function}: {printed[:60]}")
+    if not frames:
+        drifted.append(f"{entry_id}: no SGLang frame")
+    return drifted

@@ -39,7 +39,6 @@ FAMILIES = (
 SM120_TAGS = {"sm120", "sm121", "blackwell", "rtx5090", "rtx-pro-6000"}
 # Train items whose excerpt does not show enough to decide (each yaml's label_uncertain says why).
 TRAIN_KNOWN_MISSES = {
-    "1000-gpu-burn-load-module-ptx-unsupported-toolchain",
     "1007-candle-named-symbol-not-found-cast-bf16-2080ti",
     "1023-cuda-jl-load-kernel-image-not-supported-801-gtx1080",
     "1154-textgen-vicuna-checkpoint-shards-killed-0pct",

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 import pytest
-from quoted_fixtures import quoted_entries
+from quoted_fixtures import drifted_sglang_frames, quoted_entries
 
 from sglnode.diagnosis.diagnose import diagnose_lines, numbered
 from sglnode.diagnosis.rulebook import OOM_PHASES
@@ -31,9 +31,6 @@ TORCH_OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 
 
 
 ENTRIES = quoted_entries(EVIDENCE)
-
-
-FRAME_RE = re.compile(r'File "[^"]*/site-packages/(sglang/[^"]+\.py)", line (\d+), in (\S+)$')
 
 
 def log_for(entry: dict) -> list[str]:
@@ -76,7 +73,7 @@ def test_sglangs_lines_and_frames_are_the_pinned_wheels():
         for entry in claimed:
             source = wheel.read(entry["path"])
             if entry["kind"] == "traceback":
-                drifted += list(_drifted_frames(wheel, entry))
+                drifted += drifted_sglang_frames(wheel, entry["_id"], log_for(entry))
                 continue
             if entry["kind"] == "frame":
                 found = re.search(rf"\bdef {re.escape(entry['text'])}\(", source) is not None
@@ -89,26 +86,6 @@ def test_sglangs_lines_and_frames_are_the_pinned_wheels():
             if not found:
                 drifted.append(f"{entry['_id']}: {entry['path']}: {entry['text'][:80]}")
     assert not drifted, "\n".join(drifted)
-
-
-def _drifted_frames(wheel: WheelSource, entry: dict):
-    """The SGLang frames of a whole traceback that the pinned wheel does not have: the function is not
-    defined in that file, or the source line printed under the frame is not that line of the file."""
-    lines = log_for(entry)
-    frames = 0
-    for index, line in enumerate(lines):
-        frame = FRAME_RE.search(line)
-        if not frame:
-            continue
-        frames += 1
-        path, line_no, function = frame.group(1), int(frame.group(2)), frame.group(3)
-        source = wheel.read(path).splitlines()
-        defined = function.startswith("<") or re.search(rf"\bdef {re.escape(function)}\(", "\n".join(source))
-        printed = lines[index + 1].strip() if index + 1 < len(lines) else ""
-        if not defined or line_no > len(source) or source[line_no - 1].strip() != printed:
-            yield f"{entry['_id']}: {path}:{line_no} in {function}: {printed[:60]}"
-    if not frames:
-        yield f"{entry['_id']}: no SGLang frame"
 
 
 def test_a_bare_oom_alone_is_placed_by_nothing_it_says():

@@ -1,0 +1,60 @@
+"""Whole failure records, diagnosed as a log shows them: a wrapper around the error it wraps, chained
+exceptions, the frames of the code path between them.
+
+fixtures/records/*.yaml quote, from the libraries' sources, the several lines one failure prints (SGLang's
+"Capture cuda graph failed: {e}" around an NCCL error, an OOM or an arch refusal; the logger's prefix on
+every line), each with the family the label convention gives it (docs/corpus-labels.md: what a wrapper
+wraps decides when it is a family's own words; a collective failing because of the capture is the
+capture's). The quoting sessions had not read the rules, and each file was scored before any rule was
+written from it. A one-line message (test_library_messages.py) cannot show which line of a record decides;
+this test does, and it checks each SGLang frame against the pinned wheel so that a record is what the
+pinned release really prints.
+"""
+
+from pathlib import Path
+
+import pytest
+from quoted_fixtures import drifted_sglang_frames, quoted_entries
+
+from sglnode.diagnosis.diagnose import diagnose_lines, numbered
+from sglnode.diagnosis.rulebook import CAUSES, OOM_PHASES
+from sglnode.upstream.wheels import WheelSource, pinned_wheel
+
+RECORDS = Path(__file__).parent / "fixtures" / "records"
+KEYS = {"kind", "family", "library", "repo", "path", "line", "text", "rendered", "why"}
+
+ENTRIES = quoted_entries(RECORDS)
+
+
+def lines_of(entry: dict) -> list[str]:
+    return entry["rendered"].rstrip("\n").split("\n")
+
+
+def test_the_records_are_sourced_and_span_families():
+    assert len(ENTRIES) >= 8
+    for entry in ENTRIES:
+        assert set(entry) >= KEYS, entry["_id"]
+        assert entry["kind"] == "record", entry["_id"]
+        assert entry["family"] in CAUSES, entry["_id"]
+        assert (entry["family"] == "oom") == ("phase" in entry), entry["_id"]
+        assert entry.get("phase") in (*OOM_PHASES, None), entry["_id"]
+        assert len(lines_of(entry)) >= 3, entry["_id"]  # a record, not a line
+    assert len({entry["family"] for entry in ENTRIES}) >= 4
+
+
+def test_sglangs_records_run_through_the_pinned_wheels_frames():
+    claimed = [entry for entry in ENTRIES if entry["library"] == "sglang" and "commit" not in entry]
+    assert claimed
+    drifted: list[str] = []
+    with WheelSource(pinned_wheel("sglang")) as wheel:
+        for entry in claimed:
+            drifted += drifted_sglang_frames(wheel, entry["_id"], lines_of(entry))
+    assert not drifted, "\n".join(drifted)
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda entry: entry["_id"])
+def test_a_whole_record_names_its_family(entry):
+    diagnosis = diagnose_lines(numbered(lines_of(entry)))
+    assert diagnosis.cause == entry["family"], f"{entry['_id']}: {entry['why']}"
+    if entry.get("phase"):
+        assert diagnosis.phase == entry["phase"], entry["_id"]
