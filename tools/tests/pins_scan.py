@@ -44,6 +44,7 @@ ALLOWED_FILES: tuple[tuple[str, str], ...] = (
     ("tools/tests/fixtures/logs/*", "verbatim: SGLang logs"),
     ("tools/tests/fixtures/library-messages/*", "verbatim: messages quoted from many libraries' sources"),
     ("tools/tests/fixtures/phase-evidence/*", "verbatim: engines' start-up lines quoted from their sources"),
+    ("tools/tests/fixtures/records/*", "verbatim: whole failure records quoted from the libraries' sources"),
     ("tools/tests/fixtures/tune/*", "verbatim: a sweep's recorded output"),
     ("molecule/shared/*", "test fixture: the fixture apt repo's package versions"),
     ("molecule/driver_upgrade/*", "test fixture: moves between the fixture repo's driver versions"),

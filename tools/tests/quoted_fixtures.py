@@ -21,10 +21,13 @@ def quoted_entries(folder: Path) -> list[dict]:
     return entries
 
 
-def drifted_sglang_frames(wheel: WheelSource, entry_id: str, lines: list[str]) -> list[str]:
+def drifted_sglang_frames(
+    wheel: WheelSource, entry_id: str, lines: list[str], require_frames: bool = True
+) -> list[str]:
     """The SGLang frames of a quoted traceback that the pinned wheel does not have: the function is not
     defined in that file, or the source line printed under the frame is not that line of the file. A
-    traceback with no SGLang frame at all is reported too (it cannot have been checked)."""
+    traceback with no SGLang frame at all is reported too (it cannot have been checked), unless the
+    entry is a record that may be log lines only (`require_frames=False`)."""
     drifted, frames = [], 0
     for index, line in enumerate(lines):
         frame = SGLANG_FRAME_RE.search(line)
@@ -37,6 +40,6 @@ def drifted_sglang_frames(wheel: WheelSource, entry_id: str, lines: list[str]) -
         printed = lines[index + 1].strip() if index + 1 < len(lines) else ""
         if not defined or line_no > len(source) or source[line_no - 1].strip() != printed:
             drifted.append(f"{entry_id}: {path}:{line_no} in {function}: {printed[:60]}")
-    if not frames:
+    if not frames and require_frames:
         drifted.append(f"{entry_id}: no SGLang frame")
     return drifted

@@ -42,7 +42,6 @@ TRAIN_KNOWN_MISSES = {
     "1007-candle-named-symbol-not-found-cast-bf16-2080ti",
     "1023-cuda-jl-load-kernel-image-not-supported-801-gtx1080",
     "1154-textgen-vicuna-checkpoint-shards-killed-0pct",
-    "1161-sglang-router-no-prefill-worker",
     "1162-trtllm-cachetransceiver-dynamic-buffer-nixl",
     "1216-lmcache-cpu-pool-failed-to-allocate-tensor",
     "1310-trtllm-attention-sinks-flashinfer-backend-rtx-pro-6000-negative",

@@ -14,7 +14,7 @@ pinned release really prints.
 from pathlib import Path
 
 import pytest
-from quoted_fixtures import drifted_sglang_frames, quoted_entries
+from quoted_fixtures import SGLANG_FRAME_RE, drifted_sglang_frames, quoted_entries
 
 from sglnode.diagnosis.diagnose import diagnose_lines, numbered
 from sglnode.diagnosis.rulebook import CAUSES, OOM_PHASES
@@ -43,12 +43,13 @@ def test_the_records_are_sourced_and_span_families():
 
 
 def test_sglangs_records_run_through_the_pinned_wheels_frames():
-    claimed = [entry for entry in ENTRIES if entry["library"] == "sglang" and "commit" not in entry]
-    assert claimed
+    # every SGLang frame of every record (a record of log lines only has none), against the pinned wheel
+    frames = sum(1 for entry in ENTRIES for line in lines_of(entry) if SGLANG_FRAME_RE.search(line))
+    assert frames >= 100
     drifted: list[str] = []
     with WheelSource(pinned_wheel("sglang")) as wheel:
-        for entry in claimed:
-            drifted += drifted_sglang_frames(wheel, entry["_id"], lines_of(entry))
+        for entry in ENTRIES:
+            drifted += drifted_sglang_frames(wheel, entry["_id"], lines_of(entry), require_frames=False)
     assert not drifted, "\n".join(drifted)
 
 
