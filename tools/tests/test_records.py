@@ -4,7 +4,7 @@ exceptions, the frames of the code path between them.
 fixtures/records/*.yaml quote, from the libraries' sources, the several lines one failure prints (SGLang's
 "Capture cuda graph failed: {e}" around an NCCL error, an OOM or an arch refusal; the logger's prefix on
 every line), each with the family the label convention gives it (docs/corpus-labels.md: what a wrapper
-wraps decides when it is a family's own words; a collective failing because of the capture is the
+wraps decides when it is a family's own words; a collective failing inside the capture wrapper is the
 capture's). The quoting sessions had not read the rules, and each file was scored before any rule was
 written from it. A one-line message (test_library_messages.py) cannot show which line of a record decides;
 this test does, and it checks each SGLang frame against the pinned wheel so that a record is what the
