@@ -13,10 +13,11 @@ where pool or cache code reached from the serving loop must still say runtime.
 """
 
 import re
+from functools import cache
 from pathlib import Path
 
 import pytest
-from quoted_fixtures import drifted_sglang_frames, quoted_entries
+from quoted_fixtures import drifted_sglang_frames, quoted_entries, rendered_lines
 
 from sglnode.diagnosis.diagnose import diagnose_lines, numbered
 from sglnode.diagnosis.rulebook import OOM_PHASES
@@ -37,7 +38,7 @@ def log_for(entry: dict) -> list[str]:
     """The excerpt a report would show: the marker, then the OOM; a traceback through the frame; or the
     whole record a traceback entry quotes."""
     if entry["kind"] == "traceback":
-        return entry["rendered"].rstrip("\n").split("\n")
+        return rendered_lines(entry)
     if entry["kind"] == "marker":
         return [" ".join(entry["rendered"].split()), BARE_OOM]
     return [
@@ -70,11 +71,12 @@ def test_sglangs_lines_and_frames_are_the_pinned_wheels():
     assert len(claimed) >= 10
     drifted = []
     with WheelSource(pinned_wheel("sglang")) as wheel:
+        read = cache(wheel.read)
         for entry in claimed:
-            source = wheel.read(entry["path"])
             if entry["kind"] == "traceback":
-                drifted += drifted_sglang_frames(wheel, entry["_id"], log_for(entry))
+                drifted += drifted_sglang_frames(read, entry["_id"], log_for(entry))
                 continue
+            source = read(entry["path"])
             if entry["kind"] == "frame":
                 found = re.search(rf"\bdef {re.escape(entry['text'])}\(", source) is not None
             else:

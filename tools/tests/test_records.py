@@ -11,10 +11,11 @@ this test does, and it checks each SGLang frame against the pinned wheel so that
 pinned release really prints.
 """
 
+from functools import cache
 from pathlib import Path
 
 import pytest
-from quoted_fixtures import SGLANG_FRAME_RE, drifted_sglang_frames, quoted_entries
+from quoted_fixtures import SGLANG_FRAME_RE, drifted_sglang_frames, quoted_entries, rendered_lines
 
 from sglnode.diagnosis.diagnose import diagnose_lines, numbered
 from sglnode.diagnosis.rulebook import CAUSES, OOM_PHASES
@@ -26,10 +27,6 @@ KEYS = {"kind", "family", "library", "repo", "path", "line", "text", "rendered",
 ENTRIES = quoted_entries(RECORDS)
 
 
-def lines_of(entry: dict) -> list[str]:
-    return entry["rendered"].rstrip("\n").split("\n")
-
-
 def test_the_records_are_sourced_and_span_families():
     assert len(ENTRIES) >= 8
     for entry in ENTRIES:
@@ -38,24 +35,25 @@ def test_the_records_are_sourced_and_span_families():
         assert entry["family"] in CAUSES, entry["_id"]
         assert (entry["family"] == "oom") == ("phase" in entry), entry["_id"]
         assert entry.get("phase") in (*OOM_PHASES, None), entry["_id"]
-        assert len(lines_of(entry)) >= 3, entry["_id"]  # a record, not a line
+        assert len(rendered_lines(entry)) >= 3, entry["_id"]  # a record, not a line
     assert len({entry["family"] for entry in ENTRIES}) >= 4
 
 
 def test_sglangs_records_run_through_the_pinned_wheels_frames():
     # every SGLang frame of every record (a record of log lines only has none), against the pinned wheel
-    frames = sum(1 for entry in ENTRIES for line in lines_of(entry) if SGLANG_FRAME_RE.search(line))
+    frames = sum(1 for entry in ENTRIES for line in rendered_lines(entry) if SGLANG_FRAME_RE.search(line))
     assert frames >= 100
     drifted: list[str] = []
     with WheelSource(pinned_wheel("sglang")) as wheel:
+        read = cache(wheel.read)
         for entry in ENTRIES:
-            drifted += drifted_sglang_frames(wheel, entry["_id"], lines_of(entry), require_frames=False)
+            drifted += drifted_sglang_frames(read, entry["_id"], rendered_lines(entry), require_frames=False)
     assert not drifted, "\n".join(drifted)
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda entry: entry["_id"])
 def test_a_whole_record_names_its_family(entry):
-    diagnosis = diagnose_lines(numbered(lines_of(entry)))
+    diagnosis = diagnose_lines(numbered(rendered_lines(entry)))
     assert diagnosis.cause == entry["family"], f"{entry['_id']}: {entry['why']}"
     if entry.get("phase"):
         assert diagnosis.phase == entry["phase"], entry["_id"]
