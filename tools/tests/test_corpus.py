@@ -48,7 +48,6 @@ TRAIN_KNOWN_MISSES = {
     "1314-xformers-fa3-hopper-invalid-argument-rtx-pro-6000-negative",
     "1315-xformers-info-triton-module-not-found-rtx5090-negative",
     "1327-pytorch-tcpstore-bind-port-98-permission-denied",
-    "1366-ktransformers-cuda-graph-runner-capture-not-permitted",
     "1387-vllm-ascend-mooncake-hccl-batchget-aicpu-launch-failed",
     "140-oom-runtime-verl-sglang-rollout-raytask",
     "1403-freetoken-kv-reserve-tokens-startup-oom-3060",

@@ -769,3 +769,49 @@ def test_only_serving_markers_can_be_requests_answered():
     evidence = parse_phase_evidence({"markers": [answered]})
     assert evidence.is_request_line('"POST /generate HTTP/1.1" 200 OK')
     assert not evidence.is_request_line("The server is fired up and ready to roll!")
+
+
+ALLOCATOR_WARNING = (
+    "[rank1]:[W906 07:46:05.008634648 CUDACachingAllocator.cpp:3933] memory allocation failed with OOM on"
+    " device 1 while trying to allocate 4334813184 bytes (free: 3779919872, total: 287431131136)."
+)
+
+
+def test_the_allocators_oom_warning_is_an_oom_only_when_the_process_fails_after_it():
+    # the pinned torch warns when a cudaMalloc fails, then frees its cache and retries: alone, or with
+    # the server serving after it, the warning was survived; a traceback after it is the crash it began
+    died = [
+        ALLOCATOR_WARNING,
+        "[2026-09-06 07:46:05 DP1 TP1 EP1] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/model_runner.py", line 900,'
+        " in init_memory_pool",
+    ]
+    served = "[2026-09-06 07:46:06 TP0] Decode batch. #running-req: 4, #token: 5120, token usage: 0.10"
+    later = "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, unhandled system"
+    assert diagnose_lines(numbered([ALLOCATOR_WARNING])).cause == "unknown"
+    crash = diagnose_lines(numbered(died))
+    assert (crash.cause, crash.phase, crash.rule_id) == ("oom", "kv_cache", "oom-allocator-warning")
+    assert "memory allocation failed with OOM on device 1" in crash.evidence[0].text
+    assert diagnose_lines(numbered([ALLOCATOR_WARNING, served, later])).cause == "nccl"
+    # the allocation that finally failed, when the log has it, is the evidence that decides
+    final = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.04 GiB. GPU 1 has a total"
+    assert diagnose_lines(numbered([ALLOCATOR_WARNING, final])).rule_id == "oom-cuda-alloc"
+
+
+def test_a_traceback_cut_right_under_a_call_into_capture_code_names_capture():
+    # the paste stops at the source line of the last frame shown: the call on it is the frame it did
+    # not reach (ktransformers' prefill_and_generate calling its graph runner's capture)
+    cut = [
+        "Traceback (most recent call last):",
+        '  File "ktransformers/ktransformers/util/utils.py", line 247, in prefill_and_generate',
+        "    cuda_graph_runner.capture(model, next_token.unsqueeze(0), position_ids, use_cache=True)",
+    ]
+    diagnosis = diagnose_lines(numbered(cut))
+    assert (diagnosis.cause, diagnosis.rule_id) == ("cuda_graph_capture", "code-cuda_graph_capture")
+    assert diagnosis.evidence[0].line_no == 2
+    arch = [*cut[:2], "    check_cuda_arch()"]
+    assert diagnose_lines(numbered(arch)).cause == "arch_unsupported"
+    # a call into no family's code, or an exception line after the call, says nothing of the sort
+    assert diagnose_lines(numbered([*cut[:2], "    output = func(*args, **kwargs)"])).cause == "unknown"
+    raised = "TypeError: capture() got an unexpected keyword"
+    assert diagnose_lines(numbered([*cut, raised])).cause == "unknown"

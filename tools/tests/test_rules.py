@@ -133,6 +133,8 @@ GOOD = {
         ({"yields_to": "arch_unsupported"}, "yields_to"),
         ({"during": ["capture"]}, "during"),
         ({"during": []}, "during"),
+        ({"conclusive": False, "needs_failure_after": "yes"}, "true or false"),
+        ({"needs_failure_after": True}, "cannot be conclusive"),
     ],
 )
 def test_malformed_rules_fail_at_load_time(change, message):

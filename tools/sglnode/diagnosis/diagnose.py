@@ -66,6 +66,11 @@ WRAPPED_LINE_MIN = 72
 # A line ending in one of these ends a sentence or a record: the next line is not its continuation.
 WRAP_ENDS = frozenset(".:;!?)]}>\"'")
 TRACEBACK_FRAME_RE = re.compile(r'File "[^"]+", line \d+, in ')
+# The call a quoted source line makes ("decode = capture_decode_graph(...)", "cuda_graph_runner.capture(
+# model, ...)"): in a traceback cut right under it, that call is the frame the paste did not reach.
+SOURCE_CALL_RE = re.compile(
+    r"^\s*(?:[\w.\[\], ]+\s*=\s*)?(?:(?:return|await|yield)\s+)?(?:[\w\[\]]+\.)*(\w+)\("
+)
 # A 50 MB line is a log's (or an attacker's) mistake, not evidence: lines are cut when read and
 # when shown.
 READ_LINE_MAX = 64 * 1024
@@ -234,6 +239,17 @@ def is_oom_narration(text: str) -> bool:
 # module) is the error itself, not quoted code: "RuntimeError: ...", "torch.AcceleratorError: ...",
 # after any log prefix ("... [core.py:1] ValueError: ..."); quoted code is indented or starts otherwise.
 EXCEPTION_LINE_RE = re.compile(r"(?:^|\]\s)(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception)(?::|$)")
+
+
+def shows_failure(text: str) -> bool:
+    """A line that says the process failed: an exception raised, a traceback, an ERROR-level line, the
+    server going down."""
+    return (
+        TRACEBACK_START_RE.search(text) is not None
+        or EXCEPTION_LINE_RE.search(text) is not None
+        or ERROR_LEVEL_RE.search(text) is not None
+        or any(pattern.search(text) for pattern in TERMINAL_RES)
+    )
 
 
 # The first line a fresh server process prints (launch_server logs its arguments): after a crash it
@@ -580,6 +596,9 @@ class Diagnoser:
         self._previous_rules: set[str] = set()  # the rules that line matched
         self.tracker = tracker if tracker is not None else ProgressTracker(started_at=0.0)
         self.hits: list[Hit] = []
+        # Hits of rules that need a failure after their line (a recoverable allocator warning): they
+        # join `hits` when the log shows one, and are dropped when the server goes on serving.
+        self._pending: list[Hit] = []
         self.hit_counts: dict[str, int] = {}
         self.terminal_lines: list[LogLine] = []
         self._recent: deque[LogLine] = deque(maxlen=TRACEBACK_LOOKBACK_LINES)
@@ -598,6 +617,10 @@ class Diagnoser:
         self._code_frames: deque[tuple[VocabularyFamily, LogLine, int]] = deque(maxlen=MAX_CODE_FRAMES)
         # The frames of the traceback being printed (feed order): its innermost one says where it raised.
         self._traceback_frames: deque[tuple[LogLine, int]] = deque(maxlen=MAX_CODE_FRAMES)
+        # The family of the call the last quoted source line makes, with its frame (feed order): where a
+        # traceback cut right under it was going.
+        self._last_call: tuple[VocabularyFamily, LogLine, int] | None = None
+        self._last_frame: LogLine | None = None
         self.earlier_crashes: list[str] = []  # cause of each earlier server lifetime that went down
         self.earlier_lifetimes = 0
         # The diagnosis of the latest earlier lifetime that named a cause: a restarted server (compose
@@ -665,7 +688,13 @@ class Diagnoser:
             # a log of nothing else still shows where it stopped (unknown's last lines)
             self._meaningful.append(line)
             self._previous_text, self._previous_rules = "", set()
+            self._pending.clear()  # it recovered: the warning was not the crash
             return []
+        if self._pending and shows_failure(line.text):
+            self.hits.extend(self._pending)
+            self._pending.clear()
+        elif self._pending and self.phase_evidence.is_request_line(line.text):
+            self._pending.clear()
         if self.tracker.feed(timestamp, line.line_no, line.text) is not None:
             self._last_milestone = line
             if self.tracker.ready and self._ready_at is None:
@@ -727,7 +756,10 @@ class Diagnoser:
                 )
                 if rule.phase == "from_context":
                     self._collecting.append((hit, TRACEBACK_LOOKAHEAD_LINES))
-                new_hits.append(hit)
+                if rule.needs_failure_after:
+                    self._pending.append(hit)
+                else:
+                    new_hits.append(hit)
         self.hits.extend(new_hits)
         if any(pattern.search(line.text) for pattern in TERMINAL_RES):
             if len(self.terminal_lines) < MAX_LAST_LINES:  # the first ones say it; a crash loop repeats them
@@ -757,7 +789,10 @@ class Diagnoser:
                 self._in_error_message = False
         if TRACEBACK_START_RE.search(line.text):
             self._traceback_frames.clear()
+        if self._after_frame and self._last_frame is not None and FRAME_RE.search(line.text) is None:
+            self._note_call(self._last_frame, line)
         self._after_frame = FRAME_RE.search(line.text) is not None
+        self._last_frame = line if TRACEBACK_FRAME_RE.search(line.text) else None
         if self._after_frame and TRACEBACK_FRAME_RE.search(line.text):
             self._traceback_frames.append((line, self._fed))
         if self._after_frame:
@@ -766,6 +801,12 @@ class Diagnoser:
                 self._code_frames.append((family, line, self._fed))
         self._recent.append(line)
         return new_hits
+
+    def _note_call(self, frame: LogLine, source: LogLine) -> None:
+        """The source line quoted under a traceback frame: the family of the code it calls, if any."""
+        call = SOURCE_CALL_RE.search(source.text)
+        family = self.vocabulary.code_family(f"in {call.group(1)}") if call else None
+        self._last_call = (family, frame, self._fed) if family is not None else None
 
     def _rejoined(self, line: LogLine) -> LogLine | None:
         """This line joined to the one before when it reads as that line's wrapped continuation: it starts
@@ -790,6 +831,7 @@ class Diagnoser:
         if len(self.earlier_crashes) < MAX_EARLIER_LIFETIMES:
             self.earlier_crashes.append(best.rule.cause if best else "unknown")
         self.hits = []
+        self._pending = []
         self.hit_counts = {}
         self.terminal_lines = []
         self._markers = {}
@@ -801,6 +843,8 @@ class Diagnoser:
         self._yielded.clear()
         self._code_frames.clear()
         self._traceback_frames.clear()
+        self._last_call = None
+        self._last_frame = None
         self._ready_at = None
         self._recent.clear()
         self.tracker.restart()
@@ -945,6 +989,23 @@ class Diagnoser:
                 stage=stage,
                 gpu_memory=gpu_memory,
             )
+        call = self._cut_call(errors)
+        if call is not None:
+            family, frame = call
+            note = (
+                f"No signature matched and the log ends inside a traceback, at a call into {family.cause}'s "
+                f"code (line {frame.line_no}), before any exception line: suggestive only, find the full "
+                "error."
+            )
+            return self._family_diagnosis(
+                family,
+                how=("code", "low"),
+                lines=[frame],
+                note=note,
+                rule_evidence=f"The last source line of a cut traceback calls {family.cause}'s code.",
+                stage=stage,
+                gpu_memory=gpu_memory,
+            )
         if not self._code_frames:
             return None
         family, frame, at = self._code_frames[-1]
@@ -989,6 +1050,18 @@ class Diagnoser:
             stage=stage,
             gpu_memory=gpu_memory,
         )
+
+    def _cut_call(self, errors: list[tuple[LogLine, int]]) -> tuple[VocabularyFamily, LogLine] | None:
+        """A traceback cut right under a source line that calls a family's code ("cuda_graph_runner.capture(
+        ...)" and nothing after): that call is where it failed, unless a family's own frame came later."""
+        if self._last_call is None:
+            return None
+        family, frame, at = self._last_call
+        if self._fed - at > CUT_TRACEBACK_TAIL_LINES - 1 or (errors and errors[-1][1] >= at):
+            return None
+        if self._code_frames and self._code_frames[-1][2] > at:
+            return None
+        return family, frame
 
     def _import_time_frame(self, errors: list[tuple[LogLine, int]]) -> tuple[LogLine, LogLine] | None:
         """The innermost frame of the last error's traceback, when it is a module's top level ("in

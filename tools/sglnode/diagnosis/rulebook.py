@@ -40,7 +40,9 @@ RULE_PHASES: tuple[str, ...] = (*OOM_PHASES, "from_context")
 # The startup stages a log's markers name (phases.yaml markers), in startup order.
 MARKER_STAGES = ("weights", "kv_cache", "cuda_graph", "serving")
 CONFIDENCES: tuple[str, ...] = ("high", "medium", "low")
-OPTIONAL_KEYS = frozenset({"phase", "phase_fixes", "negative_examples", "upstream", "yields_to", "during"})
+OPTIONAL_KEYS = frozenset(
+    {"phase", "phase_fixes", "negative_examples", "upstream", "yields_to", "during", "needs_failure_after"}
+)
 REQUIRED_KEYS = frozenset(
     {
         "id",
@@ -87,6 +89,9 @@ class Rule:
     # Startup stages (MARKER_STAGES) the rule holds in: the crashing rank's last marker must be one. A
     # collective failing while CUDA graphs are captured is the capture's failure, not the transport's.
     during: frozenset[str] = frozenset()
+    # A warning the program can recover from (the caching allocator frees its cache and retries): the
+    # line counts only once the log shows a failure after it (an exception, a traceback, a kill).
+    needs_failure_after: bool = False
 
     def matches(self, line: str) -> bool:
         # A substring test first: most lines of a serving log contain none of the literals, and
@@ -208,6 +213,8 @@ def parse_rule(raw: dict[str, Any]) -> Rule:
         raise RuleError(f"rule {rule_id}: phase_fixes keys must be among {OOM_PHASES}")
     if not str(raw["source"]).startswith("https://"):
         raise RuleError(f"rule {rule_id}: source must be an https URL")
+    if raw.get("needs_failure_after") and raw["conclusive"]:
+        raise RuleError(f"rule {rule_id}: a rule that needs a failure after its line cannot be conclusive")
     return Rule(
         upstream=_upstream(rule_id, raw.get("upstream")),
         id=rule_id,
@@ -226,7 +233,14 @@ def parse_rule(raw: dict[str, Any]) -> Rule:
         literals=tuple(required_literal(pattern) for pattern in raw["patterns"]),
         yields_to=frozenset(_causes(rule_id, raw.get("yields_to") or [])),
         during=_stages(rule_id, raw.get("during")),
+        needs_failure_after=_flag(rule_id, "needs_failure_after", raw.get("needs_failure_after", False)),
     )
+
+
+def _flag(rule_id: str, key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise RuleError(f"rule {rule_id}: {key} must be true or false")
+    return value
 
 
 def _stages(rule_id: str, stages: Any) -> frozenset[str]:
