@@ -815,3 +815,18 @@ def test_a_traceback_cut_right_under_a_call_into_capture_code_names_capture():
     assert diagnose_lines(numbered([*cut[:2], "    output = func(*args, **kwargs)"])).cause == "unknown"
     raised = "TypeError: capture() got an unexpected keyword"
     assert diagnose_lines(numbered([*cut, raised])).cause == "unknown"
+
+
+def test_ggmls_buffer_failure_is_the_hosts_when_its_cpu_buffer_was_refused_first():
+    # "failed to allocate compute buffers" names no device: after a CPU buffer refusal it is host
+    # memory that ran out (llamafile on the CPU); alone, or after a GPU buffer refusal, it is a GPU OOM
+    generic = "llama_new_context_with_model: failed to allocate compute buffers"
+    cpu = "ggml_gallocr_reserve_n: failed to allocate CPU buffer of size 84940800"
+    gpu = (
+        "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 2560.00 MiB on device 0: cudaMalloc failed:"
+        " out of memory"
+    )
+    assert diagnose_lines(numbered([cpu, generic])).cause == "host_oom"
+    alone = diagnose_lines(numbered([generic]))
+    assert (alone.cause, alone.phase) == ("oom", "kv_cache")
+    assert diagnose_lines(numbered([gpu, generic])).cause == "oom"
