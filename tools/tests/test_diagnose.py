@@ -830,3 +830,19 @@ def test_ggmls_buffer_failure_is_the_hosts_when_its_cpu_buffer_was_refused_first
     alone = diagnose_lines(numbered([generic]))
     assert (alone.cause, alone.phase) == ("oom", "kv_cache")
     assert diagnose_lines(numbered([gpu, generic])).cause == "oom"
+
+
+def test_a_traceback_flattened_onto_one_line_still_says_its_exception():
+    # a paste that lost the newlines: the header, the frames and the exception on one line; the
+    # exception after the frames is the error, and its words name the family (a full /dev/shm)
+    flattened = (
+        "Reading in atlas ERROR: Unexpected bus error encountered in worker. Traceback (most recent call"
+        ' last): File "/py/torch/utils/data/dataloader.py", line 990, in _try_get_data data ='
+        " self._data_queue.get(timeout=timeout) RuntimeError: DataLoader worker (pid 2115) is killed by"
+        " signal: Bus error. It is possible that dataloader's workers are out of shared memory. Please try"
+        " to raise your shared memory limit."
+    )
+    assert diagnose_lines(numbered([flattened])).cause == "host_oom"
+    # one frame quoted on its own line is still only a frame
+    frame = '  File "/py/torch/utils/data/dataloader.py", line 990, in _try_get_data'
+    assert diagnose_lines(numbered([frame])).cause == "unknown"

@@ -66,6 +66,11 @@ WRAPPED_LINE_MIN = 72
 # A line ending in one of these ends a sentence or a record: the next line is not its continuation.
 WRAP_ENDS = frozenset(".:;!?)]}>\"'")
 TRACEBACK_FRAME_RE = re.compile(r'File "[^"]+", line \d+, in ')
+# A traceback pasted onto one line: its header, its frames, and the exception after them.
+FLATTENED_TRACEBACK_RE = re.compile(
+    r'Traceback \(most recent call last\):? +File "[^"]+", line \d+'
+    r".* (?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): "
+)
 # The call a quoted source line makes ("decode = capture_decode_graph(...)", "cuda_graph_runner.capture(
 # model, ...)"): in a traceback cut right under it, that call is the frame the paste did not reach.
 SOURCE_CALL_RE = re.compile(
@@ -769,7 +774,13 @@ class Diagnoser:
             # Frames and the source line under each frame quote code ("timeout=timeout"), not errors.
             # (an exception line that quotes a frame is still the exception: torch inductor's "RuntimeError:
             # Error: accessing tensor output of CUDAGraphs ... Stack trace: File "bug.py", line 7, in f")
-            is_frame = FRAME_RE.search(line.text) is not None and EXCEPTION_LINE_RE.search(line.text) is None
+            # (nor is a whole traceback flattened onto one line by a paste: "... Traceback (most recent call
+            # last): File "a.py", line 1, in f x = g() RuntimeError: DataLoader worker ... is killed")
+            is_frame = (
+                FRAME_RE.search(line.text) is not None
+                and EXCEPTION_LINE_RE.search(line.text) is None
+                and FLATTENED_TRACEBACK_RE.search(line.text) is None
+            )
             opened = self._error_opened
             self._error_opened = False
             continued = self._in_error_message and line.text[:1].isspace()
