@@ -846,3 +846,53 @@ def test_a_traceback_flattened_onto_one_line_still_says_its_exception():
     # one frame quoted on its own line is still only a frame
     frame = '  File "/py/torch/utils/data/dataloader.py", line 990, in _try_get_data'
     assert diagnose_lines(numbered([frame])).cause == "unknown"
+
+
+@pytest.mark.parametrize(
+    ("lines", "phase"),
+    [
+        # an HTTP error answer carrying the OOM: a request was being served
+        (["ApiError: 500 Internal Server Error: CUDA error: out of memory"], "runtime"),
+        # a functional op on the quoted source line: the model was computing
+        (
+            [
+                '  File "/app/surya/model.py", line 88, in attend',
+                "    attn_output = torch.nn.functional.scaled_dot_product_attention(",
+                "RuntimeError: MPS backend out of memory (MPS allocated: 7.23 GB, other allocations: 1.5 GB)",
+            ],
+            "runtime",
+        ),
+        # ComfyUI loads a prompt's model when the prompt runs: its patcher's frames are the weights'
+        (
+            [
+                '  File "E:/ComfyUI/comfy/model_patcher.py", line 393, in load',
+                "    self.patch_weight_to_device(weight_key, device_to=device_to)",
+                "torch.OutOfMemoryError: Allocation on device ",
+                "2024-09-16 01:41:08,368 - root - INFO - Prompt executed in 62.07 seconds",
+            ],
+            "weights",
+        ),
+        # koboldcpp's prompt processing on the OOM's own line: a request
+        (["Processing Prompt [BLAS] (512 / 12710 tokens)CUDA error: out of memory"], "runtime"),
+        # ComfyUI's markers: the model requested and loading, then loaded and sampling
+        (
+            [
+                "2024-09-11 11:50:30,102 - root - INFO - got prompt",
+                "2024-09-11 11:50:30,198 - root - INFO - Requested to load Flux",
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 58.00 MiB.",
+            ],
+            "weights",
+        ),
+        (
+            [
+                "2024-09-11 11:50:30,198 - root - INFO - Loading 1 new model",
+                "2024-09-11 11:51:35,123 - root - INFO - loaded partially 11337.904888916015 11337.85 1",
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 58.00 MiB.",
+            ],
+            "runtime",
+        ),
+    ],
+)
+def test_the_oom_phase_from_other_servers_words(lines, phase):
+    diagnosis = diagnose_lines(numbered(lines))
+    assert (diagnosis.cause, diagnosis.phase) == ("oom", phase)
