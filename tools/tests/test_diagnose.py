@@ -891,8 +891,45 @@ def test_a_traceback_flattened_onto_one_line_still_says_its_exception():
             ],
             "runtime",
         ),
+        # a driver's traceback printed after the engine's OOM, cut at the call into the engine's generate
+        (
+            [
+                "(EngineCore pid=4108) ERROR 05-28 08:00:36 [core.py:1142] torch.OutOfMemoryError: CUDA OOM",
+                "Traceback (most recent call last):",
+                '  File "/workspace/cpu_offload.py", line 70, in generate_and_print_output',
+                "    outputs = llm.generate(prompts, sampling_params)",
+            ],
+            "runtime",
+        ),
+        # mistral.rs serving, then candle's OOM
+        (
+            [
+                "Model loaded.",
+                "Serving on http://0.0.0.0:1234.",
+                'Model failed with error `DriverError(CUDA_ERROR_OUT_OF_MEMORY, "out of memory")`.',
+            ],
+            "runtime",
+        ),
+        # Tenstorrent's bank allocator under a model runner's execute_model
+        (
+            [
+                "Out of Memory: Not enough space to allocate 499122176 B DRAM buffer across 12 banks",
+                'ERROR 10-01 22:09:37 [engine.py:187]   File "/vllm/worker/tt_model_runner.py", line 567, in'
+                " execute_model",
+            ],
+            "runtime",
+        ),
     ],
 )
 def test_the_oom_phase_from_other_servers_words(lines, phase):
     diagnosis = diagnose_lines(numbered(lines))
     assert (diagnosis.cause, diagnosis.phase) == ("oom", phase)
+
+
+def test_a_warning_whose_next_line_says_what_is_skipped_is_a_fallback():
+    # LMCache warns that it could not allocate a buffer, and its next line says it will not store that
+    # request's KV cache: the server goes on, so the pair is no failure (a warning alone still speaks)
+    warning = "[2025-07-03 12:45:27,563] LMCache WARNING: Failed to allocate memory for the KV cache."
+    skipped = "The KV cache will not be stored. (cache_engine.py:200:lmcache.v1.cache_engine)"
+    assert diagnose_lines(numbered([warning, skipped])).cause == "unknown"
+    assert diagnose_lines(numbered([warning])).cause == "kv_transfer"

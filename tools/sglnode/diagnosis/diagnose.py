@@ -212,7 +212,7 @@ def is_warning_only(text: str) -> bool:
 # that is merely "not available" (UCX's missing cuda_ipc transport) is no fallback.
 FALLBACK_RE = re.compile(
     r"\b(?:falls? back|falling back|defaulting to|(?:is|are|will be) disabled|disabling|skipping|"
-    r"will not be used|communicator is not available|(?:using|use) \S+(?: \S+){0,3} instead)\b",
+    r"will not be (?:used|stored)|communicator is not available|(?:using|use) \S+(?: \S+){0,3} instead)\b",
     re.IGNORECASE,
 )
 
@@ -568,11 +568,21 @@ def frame_phase(lines: Iterable[LogLine], evidence: PhaseEvidence) -> tuple[str,
     A frame that spans several stages (phases.yaml `containers`) yields to the next phase frame inside
     it: lmdeploy's Engine.from_pretrained builds the model, the cache engine and the graphs."""
     container: tuple[str, LogLine] | None = None
+    under_frame = False
     for line in lines:
-        phase = evidence.frame_phase(line.text)
+        text = line.text
+        phase = evidence.frame_phase(text)
+        if phase is None and under_frame:
+            # the source line quoted under a frame makes the call the next frame runs ("outputs =
+            # llm.generate(prompts)"): a paste cut there still says where it was going
+            call = SOURCE_CALL_RE.search(text)
+            if call is not None:
+                text = f"in {call.group(1)}"
+                phase = evidence.frame_phase(text)
+        under_frame = TRACEBACK_FRAME_RE.search(line.text) is not None
         if phase is None:
             continue
-        if evidence.is_container_frame(line.text):
+        if evidence.is_container_frame(text):
             container = container or (phase, line)
             continue
         return phase, line
@@ -798,6 +808,7 @@ class Diagnoser:
                 self._in_error_message = True
             else:
                 self._in_error_message = False
+                self._drop_warning_gone_on_from(line)
         if TRACEBACK_START_RE.search(line.text):
             self._traceback_frames.clear()
         if self._after_frame and self._last_frame is not None and FRAME_RE.search(line.text) is None:
@@ -812,6 +823,20 @@ class Diagnoser:
                 self._code_frames.append((family, line, self._fed))
         self._recent.append(line)
         return new_hits
+
+    def _drop_warning_gone_on_from(self, line: LogLine) -> None:
+        """A warning whose next line says what the program does without ("LMCache WARNING: Failed to
+        allocate memory for the KV cache." / "The KV cache will not be stored."): the two lines are one
+        fallback notice, not the failure."""
+        if (
+            self._error_order
+            and self._error_order[-1] == self._fed - 1
+            and is_warning_only(self._error_lines[-1].text)
+            and not WARNING_LEVEL_RE.search(line.text)
+            and FALLBACK_RE.search(line.text) is not None
+        ):
+            self._error_lines.pop()
+            self._error_order.pop()
 
     def _note_call(self, frame: LogLine, source: LogLine) -> None:
         """The source line quoted under a traceback frame: the family of the code it calls, if any."""
