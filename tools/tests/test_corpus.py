@@ -65,7 +65,6 @@ TRAIN_KNOWN_MISSES = {
     "1591-deepep-low-latency-assert-num-max-dispatch-tokens-sglang-dp",
     "1598-sglang-b300-hybrid-gdn-flashinfer-backend-assert-blackwell",
     "1600-sglang-ci-nixl-unit-test-kvargsregisterinfo-typeerror-kv-warning",
-    "1601-sglang-deepep-normal-cpu-recv-timeout-cuda-graph-capture-dp8",
     "1627-sglang-router-health-pending-torch-compile-autotune-mixtral",
     "1642-sglang-ascend-pd-mooncake-context-corruption-gloo-abort",
     "1654-vllm-marlin-min-thread-n-out-features-tp2-load",

@@ -933,3 +933,26 @@ def test_a_warning_whose_next_line_says_what_is_skipped_is_a_fallback():
     skipped = "The KV cache will not be stored. (cache_engine.py:200:lmcache.v1.cache_engine)"
     assert diagnose_lines(numbered([warning, skipped])).cause == "unknown"
     assert diagnose_lines(numbered([warning])).cause == "kv_transfer"
+
+
+def test_a_collective_failing_in_a_traceback_through_capture_code_is_the_captures():
+    # DeepEP's timeout under SGLang's capture_one_batch_size: inside the capture, as inside its wrapper;
+    # the same error under the serving loop is the collective's
+    error = "DeepEP error: CPU recv timeout"
+    header = "[2025-05-12 13:58:24 DP3 TP3] Scheduler hit an exception: Traceback (most recent call last):"
+    capture = (
+        f'  File "{SGLANG_SITE}/model_executor/cuda_graph_runner.py", line 505, in capture_one_batch_size'
+    )
+    serving = f'  File "{SGLANG_SITE}/managers/scheduler.py", line 900, in event_loop_normal'
+    captured = diagnose_lines(numbered([error, header, capture, "    out = run_once()"]))
+    assert (captured.cause, captured.rule_id) == ("cuda_graph_capture", "code-cuda_graph_capture")
+    assert diagnose_lines(numbered([error, header, serving, "    self.run_batch(batch)"])).cause == "nccl"
+    # a rule's collective error too
+    nccl = (
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, unhandled system error"
+    )
+    assert (
+        diagnose_lines(numbered([header, capture, "    out = run_once()", nccl])).cause
+        == "cuda_graph_capture"
+    )
+    assert diagnose_lines(numbered([nccl])).cause == "nccl"

@@ -636,6 +636,9 @@ class Diagnoser:
         # traceback cut right under it was going.
         self._last_call: tuple[VocabularyFamily, LogLine, int] | None = None
         self._last_frame: LogLine | None = None
+        # Traceback frames in CUDA-graph capture code (phases.yaml), with their feed order: a collective that
+        # failed in a traceback through them failed inside the capture.
+        self._capture_frames: deque[tuple[LogLine, int]] = deque(maxlen=MAX_CODE_FRAMES)
         self.earlier_crashes: list[str] = []  # cause of each earlier server lifetime that went down
         self.earlier_lifetimes = 0
         # The diagnosis of the latest earlier lifetime that named a cause: a restarted server (compose
@@ -817,6 +820,8 @@ class Diagnoser:
         self._last_frame = line if TRACEBACK_FRAME_RE.search(line.text) else None
         if self._after_frame and TRACEBACK_FRAME_RE.search(line.text):
             self._traceback_frames.append((line, self._fed))
+            if self.phase_evidence.frame_phase(line.text) == "cuda_graph":
+                self._capture_frames.append((line, self._fed))
         if self._after_frame:
             family = self.vocabulary.code_family(line.text)
             if family is not None:
@@ -881,6 +886,7 @@ class Diagnoser:
         self._traceback_frames.clear()
         self._last_call = None
         self._last_frame = None
+        self._capture_frames.clear()
         self._ready_at = None
         self._recent.clear()
         self.tracker.restart()
@@ -930,6 +936,9 @@ class Diagnoser:
                 return self._restarting(self._earlier_diagnosis, stage, gpu_memory)
             return found or self._unknown(stage, gpu_memory)
         rule = best.rule
+        capture = self._capture_frame_near(best.order) if rule.cause == "nccl" else None
+        if capture is not None:
+            return self._inside_capture(best.line, capture, stage, gpu_memory)
         decision = self.decide_phase(best)
         evidence = [hit.line for hit in self.hits if hit.rule.id == rule.id][:MAX_EVIDENCE_LINES_PER_RULE]
         if decision is not None and decision.line is not None:
@@ -1087,6 +1096,33 @@ class Diagnoser:
             gpu_memory=gpu_memory,
         )
 
+    def _capture_frame_near(self, order: int) -> LogLine | None:
+        """A capture frame in the traceback around the error fed at `order` (frames are printed before
+        the exception line, or after a logger's one-line summary of it)."""
+        for frame, at in reversed(self._capture_frames):
+            if order - TRACEBACK_LOOKBACK_LINES <= at <= order + TRACEBACK_LOOKAHEAD_LINES:
+                return frame
+        return None
+
+    def _inside_capture(
+        self, error: LogLine, frame: LogLine, stage: str, gpu_memory: list[dict[str, int]] | None
+    ) -> Diagnosis:
+        """A collective that failed in a traceback through CUDA-graph capture code: the capture's failure
+        (the corpus's convention, as for a collective inside SGLang's "Capture cuda graph failed" wrapper)."""
+        return self._family_diagnosis(
+            self.vocabulary.family("cuda_graph_capture"),
+            how=("code", "medium"),
+            lines=[error, frame],
+            note=(
+                f"A collective failed (line {error.line_no}) in a traceback through CUDA-graph capture code "
+                f"(line {frame.line_no}): the capture's failure, as inside SGLang's capture wrapper; if the "
+                "same collective also fails with --disable-cuda-graph, the transport is the cause."
+            ),
+            rule_evidence="A collective's error in a traceback through a CUDA-graph capture frame.",
+            stage=stage,
+            gpu_memory=gpu_memory,
+        )
+
     def _cut_call(self, errors: list[tuple[LogLine, int]]) -> tuple[VocabularyFamily, LogLine] | None:
         """A traceback cut right under a source line that calls a family's code ("cuda_graph_runner.capture(
         ...)" and nothing after): that call is where it failed, unless a family's own frame came later."""
@@ -1195,6 +1231,10 @@ class Diagnoser:
         if found is None:
             return None if fault_at is not None else self._code_match(errors, stage, gpu_memory)
         family, lines = found
+        order_of = {id(line): order for line, order in errors}
+        capture = self._capture_frame_near(order_of.get(id(lines[-1]), 0)) if family.cause == "nccl" else None
+        if capture is not None:
+            return self._inside_capture(lines[-1], capture, stage, gpu_memory)
         note = (
             f"No specific signature matched; {len(lines)} error line(s) use the {family.cause} family's "
             "vocabulary: read them first, the cause is in their words."
