@@ -100,7 +100,6 @@ TRAIN_KNOWN_MISSES = {
     "1973-whisperjav-process-file-cuda-oom-4gb",
     "1995-vllm-offloading-connector-hash-block-size-assert",
     "2003-ollama-llava-image-chat-cuda-oom-windows",
-    "2004-ollama-qwen25vl-image-request-graph-oom",
     "2011-vllm-a100-tp2-c10d-socket-wait-600000ms",
     "208-unknown-tgi-decode-cuda-graph-warmup-failed-trace-cut",
     "253-triton-windows-ptxas-sm75-exit-status",

@@ -919,6 +919,25 @@ def test_a_traceback_flattened_onto_one_line_still_says_its_exception():
             ],
             "runtime",
         ),
+        # ggml's graph reserve at context creation sizes the buffers next to the KV cache; under a request
+        # in flight (ollama loading its prompt into a cache slot) it grew for that request
+        (
+            [
+                "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 1953.40 MiB on device 1: cudaMalloc"
+                " failed: out of memory",
+                "ggml_gallocr_reserve_n: failed to allocate CUDA1 buffer of size 2048290048",
+            ],
+            "kv_cache",
+        ),
+        (
+            [
+                'time=2025-05-18T08:36:01.003Z level=DEBUG source=cache.go:136 msg="loading cache slot" id=0',
+                "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 1953.40 MiB on device 1: cudaMalloc"
+                " failed: out of memory",
+                "ggml_gallocr_reserve_n: failed to allocate CUDA1 buffer of size 2048290048",
+            ],
+            "runtime",
+        ),
     ],
 )
 def test_the_oom_phase_from_other_servers_words(lines, phase):

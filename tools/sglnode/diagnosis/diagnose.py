@@ -991,6 +991,14 @@ class Diagnoser:
             return PhaseDecision(own, "frame", hit.line)
         # The traceback that led to the line; else one printed after it (exception first, frames after).
         frame = frame_phase(hit.before, self.phase_evidence) or frame_phase(hit.after, self.phase_evidence)
+        if (
+            frame is not None
+            and hit.marker is not None
+            and self.phase_evidence.is_per_request_frame(frame[1].text)
+            and self.phase_evidence.is_request_line(hit.marker[1].text)
+        ):
+            # a frame the engine also runs for a request, under a request in flight: the request's
+            return PhaseDecision(STAGE_TO_OOM_PHASE[Stage.SERVING], "marker", hit.marker[1])
         if frame is not None:
             return PhaseDecision(frame[0], "frame", frame[1])
         if hit.marker is not None:

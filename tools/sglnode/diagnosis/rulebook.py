@@ -295,9 +295,15 @@ class PhaseEvidence:
     # phase frames that span several stages (an engine's whole constructor, a warm-up that sizes the KV
     # cache and then captures graphs): they place an OOM only when no other phase frame lies inside them
     containers: tuple[re.Pattern[str], ...] = ()
+    # phase frames an engine runs at start-up and again per request (ggml's graph allocator reserves more
+    # when a batch's graph needs it): a request in flight before the OOM decides over them
+    per_request: tuple[re.Pattern[str], ...] = ()
 
     def is_container_frame(self, line: str) -> bool:
         return any(pattern.search(line) for pattern in self.containers)
+
+    def is_per_request_frame(self, line: str) -> bool:
+        return any(pattern.search(line) for pattern in self.per_request)
 
     def asks_more_than_gpu(self, line: str) -> bool:
         """The allocation that failed asked for more than the whole GPU holds."""
@@ -379,6 +385,7 @@ def parse_phase_evidence(data: dict[str, Any]) -> PhaseEvidence:
         _oversized_patterns(oversized) if oversized else (),
         oversized.get("phase", "kv_cache"),
         _compile("containers", data.get("containers")) if data.get("containers") else (),
+        _compile("per_request", data.get("per_request")) if data.get("per_request") else (),
     )
 
 
