@@ -966,6 +966,11 @@ def test_a_collective_failing_in_a_traceback_through_capture_code_is_the_capture
     captured = diagnose_lines(numbered([error, header, capture, "    out = run_once()"]))
     assert (captured.cause, captured.rule_id) == ("cuda_graph_capture", "code-cuda_graph_capture")
     assert diagnose_lines(numbered([error, header, serving, "    self.run_batch(batch)"])).cause == "nccl"
+    # the pinned release's decode runner captures in runner/decode_cuda_graph_runner.py's capture()
+    pinned = f'  File "{SGLANG_SITE}/model_executor/runner/decode_cuda_graph_runner.py", line 700, in capture'
+    assert diagnose_lines(numbered([error, header, pinned, "    self._capture_one_stream()"])).cause == (
+        "cuda_graph_capture"
+    )
     # a rule's collective error too
     nccl = (
         "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, unhandled system error"

@@ -76,6 +76,14 @@ FLATTENED_TRACEBACK_RE = re.compile(
 SOURCE_CALL_RE = re.compile(
     r"^\s*(?:[\w.\[\], ]+\s*=\s*)?(?:(?:return|await|yield)\s+)?(?:[\w\[\]]+\.)*(\w+)\("
 )
+
+
+def called_frame(source: str) -> str | None:
+    """The frame the call on a quoted source line runs, as a frame line names it ("in generate")."""
+    call = SOURCE_CALL_RE.search(source)
+    return f"in {call.group(1)}" if call is not None else None
+
+
 # A 50 MB line is a log's (or an attacker's) mistake, not evidence: lines are cut when read and
 # when shown.
 READ_LINE_MAX = 64 * 1024
@@ -575,9 +583,9 @@ def frame_phase(lines: Iterable[LogLine], evidence: PhaseEvidence) -> tuple[str,
         if phase is None and under_frame:
             # the source line quoted under a frame makes the call the next frame runs ("outputs =
             # llm.generate(prompts)"): a paste cut there still says where it was going
-            call = SOURCE_CALL_RE.search(text)
-            if call is not None:
-                text = f"in {call.group(1)}"
+            called = called_frame(text)
+            if called is not None:
+                text = called
                 phase = evidence.frame_phase(text)
         under_frame = TRACEBACK_FRAME_RE.search(line.text) is not None
         if phase is None:
@@ -814,11 +822,13 @@ class Diagnoser:
                 self._drop_warning_gone_on_from(line)
         if TRACEBACK_START_RE.search(line.text):
             self._traceback_frames.clear()
-        if self._after_frame and self._last_frame is not None and FRAME_RE.search(line.text) is None:
-            self._note_call(self._last_frame, line)
-        self._after_frame = FRAME_RE.search(line.text) is not None
-        self._last_frame = line if TRACEBACK_FRAME_RE.search(line.text) else None
-        if self._after_frame and TRACEBACK_FRAME_RE.search(line.text):
+        frame_line = FRAME_RE.search(line.text) is not None
+        if self._last_frame is not None and not frame_line:
+            self._note_call(self._last_frame, line)  # the source line under a traceback frame
+        traceback_frame = frame_line and TRACEBACK_FRAME_RE.search(line.text) is not None
+        self._after_frame = frame_line
+        self._last_frame = line if traceback_frame else None
+        if traceback_frame:
             self._traceback_frames.append((line, self._fed))
             if self.phase_evidence.frame_phase(line.text) == "cuda_graph":
                 self._capture_frames.append((line, self._fed))
@@ -845,8 +855,8 @@ class Diagnoser:
 
     def _note_call(self, frame: LogLine, source: LogLine) -> None:
         """The source line quoted under a traceback frame: the family of the code it calls, if any."""
-        call = SOURCE_CALL_RE.search(source.text)
-        family = self.vocabulary.code_family(f"in {call.group(1)}") if call else None
+        called = called_frame(source.text)
+        family = self.vocabulary.code_family(called) if called is not None else None
         self._last_call = (family, frame, self._fed) if family is not None else None
 
     def _rejoined(self, line: LogLine) -> LogLine | None:
