@@ -980,3 +980,46 @@ def test_a_collective_failing_in_a_traceback_through_capture_code_is_the_capture
         == "cuda_graph_capture"
     )
     assert diagnose_lines(numbered([nccl])).cause == "nccl"
+
+
+NEGATIVE_KV_BUDGET = (
+    "(EngineCore_DP0 pid=563) INFO 12-23 23:34:23 [gpu_worker.py:298] Available KV cache memory: -2.77 GiB"
+)
+
+
+def test_vllms_negative_kv_budget_is_the_kv_caches_oom_once_the_engine_fails_after_it():
+    # vLLM logs the profiled budget at INFO; negative, and the engine failing to start after it, the weights
+    # and the profiling peak left the KV cache nothing (round 15: vllm-omni, the exception itself cut off)
+    failed = "(EngineCore_DP0 pid=563) ERROR 12-23 23:34:23 [core.py:708] EngineCore failed to start."
+    crash = diagnose_lines(numbered([NEGATIVE_KV_BUDGET, failed]))
+    assert (crash.cause, crash.phase, crash.rule_id) == ("oom", "kv_cache", "oom-kv-budget-negative")
+    assert diagnose_lines(numbered([NEGATIVE_KV_BUDGET])).cause == "unknown"
+    positive = NEGATIVE_KV_BUDGET.replace("-2.77", "9.90")
+    assert diagnose_lines(numbered([positive, failed])).cause != "oom"
+    # the INFO level still sets other memory lines aside: only a rule that reads INFO lines counts them
+    narration = (
+        "INFO 12-23 23:34:23 [gpu_worker.py:300] If you are running out of memory, lower max_num_seqs."
+    )
+    assert diagnose_lines(numbered([narration, failed])).cause != "oom"
+
+
+def test_inductors_autotuner_dropping_a_config_for_its_shared_memory_is_no_failure():
+    # select_algorithm.py logs a candidate's OutOfResources at glog's W level and times the others (corpus
+    # 2073); the same limit raised, or logged as an error of the autotuning, is the failure
+    skipped = (
+        "W0306 14:40:15.990000 1719866 .venv/lib/python3.12/site-packages/torch/_inductor/"
+        "select_algorithm.py:1517] [2/0] out of resource: shared memory, Required: 131072, Hardware limit:"
+        " 101376. Reducing block sizes or `num_stages` may help."
+    )
+    assert diagnose_lines(numbered([skipped, "AUTOTUNE mm(16384x128, 128x256)"])).cause == "unknown"
+    raised = (
+        "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 131072,"
+        " Hardware limit: 101376. Reducing block sizes or `num_stages` may help."
+    )
+    assert diagnose_lines(numbered([skipped, raised])).cause == "kernel_resources"
+    # c10d's W-level lines are not an autotuner's: its socket timeout stays an error
+    c10d = (
+        "[rank1]:[W128 20:19:24.072980603 socket.cpp:487] [c10d] waitForInput: socket SocketImpl(fd=69) timed"
+        " out after 600000ms"
+    )
+    assert diagnose_lines(numbered([c10d])).cause == "nccl"

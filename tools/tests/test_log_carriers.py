@@ -195,3 +195,38 @@ def test_evidence_shows_the_line_with_what_carried_it():
     assert diagnosis.cause == "kv_transfer"
     assert diagnosis.to_json()["evidence"][0]["text"] == line
     assert f"log:1: {line}" in diagnosis.render()
+
+
+def ipython_traceback(lines: list[str]) -> list[str]:
+    """A log with its Python tracebacks as IPython prints them: each frame as "File path:N, in f(...)",
+    the line it ran as "---> N code" after a numbered context line."""
+    out: list[str] = []
+    frame_line_no: int | None = None
+    for line in lines:
+        frame = PYTHON_FRAME_RE.match(line)
+        if frame is not None:
+            out.append(ipython_frame(line))
+            frame_line_no = int(frame[3])
+            continue
+        if frame_line_no is not None and line.strip() and not line.lstrip().startswith("^"):
+            out.append(f"{frame_line_no - 1:>7}     # (the line before)")
+            out.append(f"---> {frame_line_no} {line.strip()}")
+        else:
+            out.append(line)
+        frame_line_no = None
+    return out
+
+
+def test_a_traceback_printed_by_ipython_with_its_source_lines_gets_the_same_answer(as_written_answers):
+    # A notebook's traceback numbers the lines around the one each frame ran and marks that one with an
+    # arrow: the arrow's line is the frame's source line (a call read for the phase), the others are context.
+    changed, converted = [], 0
+    for item in TRAIN:
+        if not any(PYTHON_FRAME_RE.match(line) for line in item.lines):
+            continue
+        converted += 1
+        got = answer(ipython_traceback(item.lines))
+        if got != as_written_answers[item.name]:
+            changed.append(f"{item.name}: {as_written_answers[item.name]} as written, {got} from IPython")
+    assert converted > 200
+    assert not changed, "\n".join(changed)

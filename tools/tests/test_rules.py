@@ -135,6 +135,7 @@ GOOD = {
         ({"during": []}, "during"),
         ({"conclusive": False, "needs_failure_after": "yes"}, "true or false"),
         ({"needs_failure_after": True}, "cannot be conclusive"),
+        ({"conclusive": False, "reads_info_lines": True}, "needs a failure after"),
     ],
 )
 def test_malformed_rules_fail_at_load_time(change, message):

@@ -158,6 +158,12 @@ HTML_ENTITY_RE = re.compile(r"&(?:#\d+|#x[0-9a-fA-F]+|[A-Za-z]+);")
 # IPython's (Jupyter's) traceback names a frame "File /path/x.py:12, in Class.method(self, ...)"; rules,
 # phase frames and the family code read Python's own "  File "/path/x.py", line 12, in method".
 IPYTHON_FRAME_RE = re.compile(r"^(\s*)File ([~/.\w\\:-][^,]*?):(\d+), in (?:[\w<>]+\.)*([\w<>]+)\(.*\)\s*$")
+# Its notebook cell's frame ("Cell In[9], line 15"), the line each frame was running ("---> 15 out =
+# model.generate(...)", read as Python's source line under a frame), and the context lines it numbers
+# around that one ("     14 t1 = time.perf_counter()"), which say nothing of what ran.
+IPYTHON_CELL_RE = re.compile(r"^(\s*)Cell In ?\[(\d*)\], line (\d+)\s*$")
+IPYTHON_SOURCE_RE = re.compile(r"^-*-> ?\d+ (.*)$")
+IPYTHON_CONTEXT_RE = re.compile(r"^ +\d+ (?! *$)")
 # Lines that mean the server is going down, whatever the cause.
 TERMINAL_RES: tuple[re.Pattern[str], ...] = (
     loglines.KILL_PROCESS_TREE_RE,
@@ -184,6 +190,10 @@ ERROR_LEVEL_RE = level_re("ERROR", "CRITICAL", "FATAL")
 # A WARNING-level line notes what a program skipped or worked around ("Extended KV cache ... is only
 # supported on NVIDIA and AMD GPUs. Skipping LMCache configuration."); NCCL's WARN is its error level.
 WARNING_LEVEL_RE = level_re("WARNING", "WARN")
+# torch inductor's autotuner warning about one candidate config (select_algorithm.py logs a choice's "out of
+# resource: shared memory" at glog's W level): it drops that candidate and times the others. (Not glog's
+# W-level lines in general: c10d's socket timeouts are errors at that level.)
+AUTOTUNER_WARNING_RE = re.compile(r"^W\d{4} \d\d:\d\d:\d\d\S* +\d+ \S*_inductor/select_algorithm\.py:\d+\]")
 OOM_NARRATION_RES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^I\d{4} \d"),
     re.compile(
@@ -236,14 +246,17 @@ GOING_ON_INSTEAD_RE = re.compile(
 def is_fallback_notice(text: str) -> bool:
     """A line that says what the program does instead of what it could not do: at WARNING level, or
     ending on what it uses instead."""
+    if AUTOTUNER_WARNING_RE.match(text) is not None:
+        return True
     if is_warning_only(text):
         return FALLBACK_RE.search(text) is not None
     return "instead" in text and GOING_ON_INSTEAD_RE.search(text) is not None
 
 
-def is_oom_narration(text: str) -> bool:
-    """A line that talks about memory without reporting a failed allocation."""
-    if NARRATION_LEVEL_RE.search(text) and not ERROR_LEVEL_RE.search(text):
+def is_oom_narration(text: str, *, by_level: bool = True) -> bool:
+    """A line that talks about memory without reporting a failed allocation (by_level: an INFO/DEBUG
+    line counts as one)."""
+    if by_level and NARRATION_LEVEL_RE.search(text) and not ERROR_LEVEL_RE.search(text):
         return True
     return any(pattern.search(text) for pattern in OOM_NARRATION_RES)
 
@@ -392,6 +405,11 @@ def carrier_pieces(text: str) -> tuple[list[str], str]:
     if "File " in text and (frame := IPYTHON_FRAME_RE.match(text)):
         indent, path, line_no, function = frame.groups()
         text = f'{indent}  File "{path}", line {line_no}, in {function}'
+    elif text[:1] in "C-" and (cell := IPYTHON_CELL_RE.match(text)):
+        indent, cell_no, line_no = cell.groups()
+        text = f'{indent}  File "Cell In[{cell_no}]", line {line_no}, in <cell>'
+    elif text[:1] == "-" and (source := IPYTHON_SOURCE_RE.match(text)):
+        text = "    " + source.group(1)
     # a terminal's or a page's copy pads lines with blanks the process never wrote ("...:" then spaces)
     if text[-1:].isspace():
         text = text.rstrip()
@@ -587,7 +605,10 @@ def frame_phase(lines: Iterable[LogLine], evidence: PhaseEvidence) -> tuple[str,
             if called is not None:
                 text = called
                 phase = evidence.frame_phase(text)
-        under_frame = TRACEBACK_FRAME_RE.search(line.text) is not None
+        # (IPython's numbered context lines sit between a frame and the line it ran)
+        under_frame = TRACEBACK_FRAME_RE.search(line.text) is not None or (
+            under_frame and IPYTHON_CONTEXT_RE.match(line.text) is not None
+        )
         if phase is None:
             continue
         if evidence.is_container_frame(text):
@@ -752,7 +773,9 @@ class Diagnoser:
             if matched is not None:
                 self._previous_rules.add(rule.id)
                 if rule.cause == "oom":
-                    if matched is line:  # (the line's answer is the same for every OOM rule: asked once)
+                    if rule.reads_info_lines:
+                        narrated = is_oom_narration(matched.text, by_level=False)
+                    elif matched is line:  # (the line's answer is the same for every OOM rule: asked once)
                         narration = is_oom_narration(line.text) if narration is None else narration
                         narrated = narration
                     else:
@@ -823,11 +846,13 @@ class Diagnoser:
         if TRACEBACK_START_RE.search(line.text):
             self._traceback_frames.clear()
         frame_line = FRAME_RE.search(line.text) is not None
-        if self._last_frame is not None and not frame_line:
+        # IPython's numbered context lines between a frame and the line it ran keep that frame open
+        context = self._last_frame is not None and IPYTHON_CONTEXT_RE.match(line.text) is not None
+        if self._last_frame is not None and not frame_line and not context:
             self._note_call(self._last_frame, line)  # the source line under a traceback frame
         traceback_frame = frame_line and TRACEBACK_FRAME_RE.search(line.text) is not None
-        self._after_frame = frame_line
-        self._last_frame = line if traceback_frame else None
+        self._after_frame = frame_line or (context and self._after_frame)
+        self._last_frame = line if traceback_frame else (self._last_frame if context else None)
         if traceback_frame:
             self._traceback_frames.append((line, self._fed))
             if self.phase_evidence.frame_phase(line.text) == "cuda_graph":

@@ -41,7 +41,16 @@ RULE_PHASES: tuple[str, ...] = (*OOM_PHASES, "from_context")
 MARKER_STAGES = ("weights", "kv_cache", "cuda_graph", "serving")
 CONFIDENCES: tuple[str, ...] = ("high", "medium", "low")
 OPTIONAL_KEYS = frozenset(
-    {"phase", "phase_fixes", "negative_examples", "upstream", "yields_to", "during", "needs_failure_after"}
+    {
+        "phase",
+        "phase_fixes",
+        "negative_examples",
+        "upstream",
+        "yields_to",
+        "during",
+        "needs_failure_after",
+        "reads_info_lines",
+    }
 )
 REQUIRED_KEYS = frozenset(
     {
@@ -92,6 +101,9 @@ class Rule:
     # A warning the program can recover from (the caching allocator frees its cache and retries): the
     # line counts only once the log shows a failure after it (an exception, a traceback, a kill).
     needs_failure_after: bool = False
+    # An engine's INFO-level report of a number that is itself the failure (vLLM's "Available KV cache
+    # memory: -2.77 GiB"): the level does not make the line a narration. Only with needs_failure_after.
+    reads_info_lines: bool = False
 
     def matches(self, line: str) -> bool:
         # A substring test first: most lines of a serving log contain none of the literals, and
@@ -215,6 +227,8 @@ def parse_rule(raw: dict[str, Any]) -> Rule:
         raise RuleError(f"rule {rule_id}: source must be an https URL")
     if raw.get("needs_failure_after") and raw["conclusive"]:
         raise RuleError(f"rule {rule_id}: a rule that needs a failure after its line cannot be conclusive")
+    if raw.get("reads_info_lines") and not raw.get("needs_failure_after"):
+        raise RuleError(f"rule {rule_id}: a rule that reads INFO lines needs a failure after its line")
     return Rule(
         upstream=_upstream(rule_id, raw.get("upstream")),
         id=rule_id,
@@ -234,6 +248,7 @@ def parse_rule(raw: dict[str, Any]) -> Rule:
         yields_to=frozenset(_causes(rule_id, raw.get("yields_to") or [])),
         during=_stages(rule_id, raw.get("during")),
         needs_failure_after=_flag(rule_id, "needs_failure_after", raw.get("needs_failure_after", False)),
+        reads_info_lines=_flag(rule_id, "reads_info_lines", raw.get("reads_info_lines", False)),
     )
 
 
