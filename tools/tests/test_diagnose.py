@@ -1023,3 +1023,18 @@ def test_inductors_autotuner_dropping_a_config_for_its_shared_memory_is_no_failu
         " out after 600000ms"
     )
     assert diagnose_lines(numbered([c10d])).cause == "nccl"
+
+
+def test_vllms_broadcast_wait_notice_is_a_hang_only_when_no_failure_follows_it():
+    # shm_broadcast.py logs the wait every 60 s and goes on waiting while a worker is busy (capturing graphs,
+    # compiling): the failure it waited on is the cause (round 16: vLLM-Ascend's capture out of streams)
+    wait = (
+        "(EngineCore_DP0 pid=15471) INFO 10-11 11:31:28 [shm_broadcast.py:466] No available shared memory"
+        " broadcast block found in 60 seconds. This typically happens when some processes are hanging."
+    )
+    capture = (
+        "(Worker_TP11 pid=15618) ERROR 10-11 11:32:59 [model_runner_v1.py:3556] ACLgraph has insufficient"
+        " available streams to capture the configured number of sizes."
+    )
+    assert diagnose_lines(numbered([wait])).cause == "watchdog_timeout"
+    assert diagnose_lines(numbered([wait, wait, capture])).cause == "cuda_graph_capture"

@@ -208,7 +208,9 @@ def ipython_traceback(lines: list[str]) -> list[str]:
             out.append(ipython_frame(line))
             frame_line_no = int(frame[3])
             continue
-        if frame_line_no is not None and line.strip() and not line.lstrip().startswith("^"):
+        # (a source line is indented under its frame; an exception line right under a frame is not one)
+        source = line[:1].isspace() and line.strip() and not line.lstrip().startswith("^")
+        if frame_line_no is not None and source:
             out.append(f"{frame_line_no - 1:>7}     # (the line before)")
             out.append(f"---> {frame_line_no} {line.strip()}")
         else:
