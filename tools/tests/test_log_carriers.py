@@ -85,6 +85,10 @@ CARRIERS: dict[str, Callable[[int, str], str]] = {
     "srun --label": lambda n, line: f"{n % 4}: {line}",
     "Ray's worker": lambda _, line: f"(RayWorkerWrapper pid=4242, ip=10.0.0.2) {line}",
     "Ray Serve's replica": lambda _, line: f"(ServeReplica:default:VLLMDeployment pid=4242) {line}",
+    # Ray's log deduplication counting the workers that printed a line alike
+    "Ray's repeated-line suffix": lambda _, line: (
+        f"(RayWorkerWrapper pid=4242) {line} [repeated 3x across cluster]"
+    ),
     "vLLM's TP worker": lambda n, line: f"(VllmWorker TP{n % 2} pid=4242) {line}",
     "vLLM's engine core over compose": lambda _, line: f"vllm-1  | (EngineCore_DP0 pid=4242) {line}",
     # a traceback printed by IPython (a notebook) instead of Python

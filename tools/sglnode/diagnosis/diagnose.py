@@ -155,6 +155,9 @@ TYPOGRAPHY = str.maketrans(
 )
 TYPOGRAPHY_CHARS = frozenset(chr(code) for code in TYPOGRAPHY)
 HTML_ENTITY_RE = re.compile(r"&(?:#\d+|#x[0-9a-fA-F]+|[A-Za-z]+);")
+# Ray's log deduplication marks a line its workers printed alike ("... in wake_up [repeated 3x across
+# cluster]"): the count is Ray's, not the process's, and it hides the line's end that frames anchor on.
+RAY_REPEATED_RE = re.compile(r"(?:\s*\[repeated \d+x across cluster\])+\s*$")
 # IPython's (Jupyter's) traceback names a frame "File /path/x.py:12, in Class.method(self, ...)"; rules,
 # phase frames and the family code read Python's own "  File "/path/x.py", line 12, in method".
 IPYTHON_FRAME_RE = re.compile(r"^(\s*)File ([~/.\w\\:-][^,]*?):(\d+), in (?:[\w<>]+\.)*([\w<>]+)\(.*\)\s*$")
@@ -402,6 +405,8 @@ def carrier_pieces(text: str) -> tuple[list[str], str]:
         text = text.translate(TYPOGRAPHY)
     if "&" in text and HTML_ENTITY_RE.search(text):
         text = html.unescape(text)
+    if "across cluster]" in text:
+        text = RAY_REPEATED_RE.sub("", text)
     if "File " in text and (frame := IPYTHON_FRAME_RE.match(text)):
         indent, path, line_no, function = frame.groups()
         text = f'{indent}  File "{path}", line {line_no}, in {function}'
