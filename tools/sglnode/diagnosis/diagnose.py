@@ -410,10 +410,10 @@ def carrier_pieces(text: str) -> tuple[list[str], str]:
     if "File " in text and (frame := IPYTHON_FRAME_RE.match(text)):
         indent, path, line_no, function = frame.groups()
         text = f'{indent}  File "{path}", line {line_no}, in {function}'
-    elif text[:1] in "C-" and (cell := IPYTHON_CELL_RE.match(text)):
+    elif text.startswith("Cell In") and (cell := IPYTHON_CELL_RE.match(text)):
         indent, cell_no, line_no = cell.groups()
         text = f'{indent}  File "Cell In[{cell_no}]", line {line_no}, in <cell>'
-    elif text[:1] == "-" and (source := IPYTHON_SOURCE_RE.match(text)):
+    elif text.startswith("-") and (source := IPYTHON_SOURCE_RE.match(text)):
         text = "    " + source.group(1)
     # a terminal's or a page's copy pads lines with blanks the process never wrote ("...:" then spaces)
     if text[-1:].isspace():
