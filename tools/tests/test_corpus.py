@@ -113,7 +113,6 @@ TRAIN_KNOWN_MISSES = {
     "2151-vllm-custom-ar-ipc-expandable-segments-profiling",
     "2153-vllm-nccl-cannot-be-captured-tp2-mixtral",
     "2165-vllm-got-ocr-killed-after-cpu-swap-blocks",
-    "2169-runpod-worker-vllm-oom-while-capturing-after-gpu-blocks",
     "253-triton-windows-ptxas-sm75-exit-status",
     "291-vllm-cutlass-scaled-mm-dispatch-sm120",
     "407-sglang-omni-asr-encoder-oom-rtx5090",

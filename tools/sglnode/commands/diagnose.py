@@ -10,10 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
 from typing import TextIO
 
-from sglnode.diagnosis.diagnose import Diagnoser, Diagnosis, stream_lines
+from sglnode.diagnosis.diagnose import Diagnoser, Diagnosis, stream_oldest_first
+from sglnode.diagnosis.order import NEWEST_FIRST_NOTE
 from sglnode.exitcodes import EXIT_USAGE
 
 EXIT_CAUSE_FOUND = 0
@@ -34,15 +37,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def diagnose_paths(paths: list[str], stdin: TextIO | None = None) -> Diagnosis:
     """One diagnosis over all logs; each keeps its own line numbers and source name. Files are
-    streamed: memory stays bounded whatever their size."""
+    streamed: memory stays bounded whatever their size. A log written newest first (a log console's
+    copy) is read oldest first, and the diagnosis says so."""
     diagnoser = Diagnoser()
+    newest_first = False
     for path in paths:
-        if path == "-":
-            diagnoser.feed_all(stream_lines(stdin or sys.stdin, source="stdin"))
-        else:
-            with Path(path).open(encoding="utf-8", errors="replace") as handle:
-                diagnoser.feed_all(stream_lines(handle, source=path))
-    return diagnoser.result()
+        with ExitStack() as stack:
+            if path == "-":
+                handle, source, reopen = stdin or sys.stdin, "stdin", None
+            else:
+                handle = stack.enter_context(Path(path).open(encoding="utf-8", errors="replace"))
+                source, reopen = path, partial(Path(path).open, "rb")
+            lines, backwards = stream_oldest_first(handle, source, reopen)
+            if backwards is not None:
+                stack.enter_context(backwards)
+                newest_first = True
+            diagnoser.feed_all(lines)
+    diagnosis = diagnoser.result()
+    if newest_first:
+        diagnosis.notes.append(NEWEST_FIRST_NOTE)
+    return diagnosis
 
 
 def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:

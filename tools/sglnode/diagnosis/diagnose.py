@@ -26,9 +26,9 @@ import subprocess
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
-from sglnode.diagnosis import cuda_errors
+from sglnode.diagnosis import cuda_errors, order
 from sglnode.diagnosis.rulebook import (
     FRAME_RE,
     PhaseEvidence,
@@ -1331,10 +1331,15 @@ def _ordered_unique(lines: Iterable[LogLine]) -> list[LogLine]:
 
 
 def diagnose_lines(lines: Iterable[LogLine], gpu_memory: list[dict[str, int]] | None = None) -> Diagnosis:
-    """Offline: classify a whole log."""
+    """Offline: classify a whole log, read oldest first whichever way it was written (order.py)."""
+    ordered = list(lines)
+    newest_first = order.runs_newest_first(line.text for line in ordered)
     diagnoser = Diagnoser()
-    diagnoser.feed_all(lines)
-    return diagnoser.result(gpu_memory)
+    diagnoser.feed_all(reversed(ordered) if newest_first else ordered)
+    diagnosis = diagnoser.result(gpu_memory)
+    if newest_first:
+        diagnosis.notes.append(order.NEWEST_FIRST_NOTE)
+    return diagnosis
 
 
 def numbered(texts: Iterable[str], source: str = "log") -> list[LogLine]:
@@ -1342,7 +1347,9 @@ def numbered(texts: Iterable[str], source: str = "log") -> list[LogLine]:
     return [LogLine(index, text.rstrip("\r\n"), source) for index, text in enumerate(texts, start=1)]
 
 
-def stream_lines(handle: IO[str], source: str, max_chars: int = READ_LINE_MAX) -> Iterator[LogLine]:
+def stream_lines(
+    handle: IO[str] | order.Replayed, source: str, max_chars: int = READ_LINE_MAX
+) -> Iterator[LogLine]:
     """Number a file's lines as they are read, in constant memory: a longer line keeps its head
     and the rest of it is skipped, never held."""
     line_no = 0
@@ -1357,6 +1364,21 @@ def stream_lines(handle: IO[str], source: str, max_chars: int = READ_LINE_MAX) -
             if not chunk:
                 break
         yield LogLine(line_no, text.rstrip("\r\n"), source)
+
+
+def stream_oldest_first(
+    handle: IO[str], source: str, reopen: Callable[[], BinaryIO] | None = None, max_chars: int = READ_LINE_MAX
+) -> tuple[Iterator[LogLine], BinaryIO | None]:
+    """A log's lines oldest first, numbered as written, in bounded memory. A newest-first log (order.py) is
+    read backwards: from `reopen()` (the same file opened in binary), or, for a stream that cannot seek,
+    from a temporary copy. Returns the lines and the binary handle they come from (None when read forward),
+    which the caller closes once the lines are read."""
+    head = order.read_head(handle, max_chars)
+    if not order.runs_newest_first(head):
+        return stream_lines(order.Replayed(head, handle), source, max_chars), None
+    binary = reopen() if reopen is not None else order.spooled(head, handle)
+    lines = (LogLine(line_no, text, source) for line_no, text in order.lines_backwards(binary, max_chars))
+    return lines, binary
 
 
 Runner = Callable[[list[str]], str]
