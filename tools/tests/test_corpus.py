@@ -39,7 +39,6 @@ FAMILIES = (
 SM120_TAGS = {"sm120", "sm121", "blackwell", "rtx5090", "rtx-pro-6000"}
 # Train items whose excerpt does not show enough to decide (each yaml's label_uncertain says why).
 TRAIN_KNOWN_MISSES = {
-    "1007-candle-named-symbol-not-found-cast-bf16-2080ti",
     "1023-cuda-jl-load-kernel-image-not-supported-801-gtx1080",
     "1154-textgen-vicuna-checkpoint-shards-killed-0pct",
     "1162-trtllm-cachetransceiver-dynamic-buffer-nixl",
@@ -113,6 +112,19 @@ TRAIN_KNOWN_MISSES = {
     "2151-vllm-custom-ar-ipc-expandable-segments-profiling",
     "2153-vllm-nccl-cannot-be-captured-tp2-mixtral",
     "2165-vllm-got-ocr-killed-after-cpu-swap-blocks",
+    "2170-audiocpp-tts-server-ggml-cudamalloc-oom-assert",
+    "2172-comfyui-samplercustomadvanced-allocation-on-device",
+    "2179-tensorrtllm-backend-model-instance-cudamallocasync-oom-tp8",
+    "2181-trtllm-gptsession-init-ipcutils-oom",
+    "2182-trtllm-gptsessionbenchmark-reshape-buffer-oom-v100",
+    "2183-ttmetal-llama3-70b-decode-loop-dram-oom",
+    "2205-trl-grpo-vllm-tcpstore-client-socket-timeout",
+    "2215-inductor-autotune-flex-backward-out-of-resource-ignored-b200",
+    "2221-pytorch-sm120-not-compatible-warning-only-5060ti",
+    "2226-vllm-1cat-v100-quant-scheme-min-capability",
+    "2230-xformers-no-operator-attn-bias-stride-ada",
+    "2231-xformers-not-built-with-cuda-turing-supir",
+    "2232-xla-ptxas-does-not-support-cc90-h800",
     "253-triton-windows-ptxas-sm75-exit-status",
     "291-vllm-cutlass-scaled-mm-dispatch-sm120",
     "407-sglang-omni-asr-encoder-oom-rtx5090",

@@ -644,7 +644,7 @@ def test_an_oom_after_requests_were_answered_is_a_runtime_one(serving_line):
     lines = [
         "[2026-01-01 00:00:00] Load weight begin. avail mem=94.10 GB",
         serving_line,
-        "ERROR mistralrs_core::engine: step - Model failed with error: DriverError(CUDA_ERROR_OUT_OF_MEMORY)",
+        'Error: DriverError(CUDA_ERROR_OUT_OF_MEMORY, "out of memory")',
     ]
     diagnosis = diagnose_lines(numbered(lines))
     assert (diagnosis.cause, diagnosis.phase) == ("oom", "runtime")
@@ -652,6 +652,18 @@ def test_an_oom_after_requests_were_answered_is_a_runtime_one(serving_line):
     assert diagnosis.phase_evidence.line.line_no == 2
     # Without the serving line the weight-loading marker decides.
     assert diagnose_lines(numbered([lines[0], lines[2]])).phase == "weights"
+
+
+def test_mistral_rs_failing_an_engine_step_is_serving_whatever_marker_came_before():
+    # mistral.rs's engine loop steps only on scheduled requests: its "step - Model failed" places the OOM.
+    lines = [
+        "[2026-01-01 00:00:00] Load weight begin. avail mem=94.10 GB",
+        "2025-01-12T10:40:23.640332Z ERROR mistralrs_core::engine: step - Model failed with error: "
+        'Cuda(Cuda(DriverError(CUDA_ERROR_OUT_OF_MEMORY, "out of memory")))',
+    ]
+    diagnosis = diagnose_lines(numbered(lines))
+    assert (diagnosis.cause, diagnosis.phase) == ("oom", "runtime")
+    assert diagnosis.phase_evidence.kind == "frame" and diagnosis.phase_evidence.line.line_no == 2
 
 
 def test_a_message_wrapped_over_two_lines_is_matched_rejoined():

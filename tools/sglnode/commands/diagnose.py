@@ -49,6 +49,7 @@ def diagnose_paths(paths: list[str], stdin: TextIO | None = None) -> Diagnosis:
                 handle = stack.enter_context(Path(path).open(encoding="utf-8", errors="replace"))
                 source, reopen = path, partial(Path(path).open, "rb")
             lines, backwards = stream_oldest_first(handle, source, reopen)
+            diagnoser.newest_first = backwards is not None
             if backwards is not None:
                 stack.enter_context(backwards)
                 newest_first = True

@@ -233,7 +233,9 @@ def is_warning_only(text: str) -> bool:
 # that is merely "not available" (UCX's missing cuda_ipc transport) is no fallback.
 FALLBACK_RE = re.compile(
     r"\b(?:falls? back|falling back|defaulting to|(?:is|are|will be) disabled|disabling|skipping|"
-    r"will not be (?:used|stored)|communicator is not available|(?:using|use) \S+(?: \S+){0,3} instead)\b",
+    r"will not be (?:used|stored)|communicator is not available|(?:using|use) \S+(?: \S+){0,3} instead|"
+    # what the program set instead ("... not supported with spec-decode ...; setting cudagraph_mode=X")
+    r"setting [\w.]+ ?(?:=|to) ?\S+)",
     re.IGNORECASE,
 )
 
@@ -283,6 +285,8 @@ def shows_failure(text: str) -> bool:
 
 # The first line a fresh server process prints (launch_server logs its arguments): after a crash it
 # starts a new lifetime, and a crash-looping unit's log is diagnosed on its last one.
+# libstdc++'s report of an uncaught exception, whose message is the "what():" line that follows it.
+THROWN_INSTANCE_RE = re.compile(r"terminate called after throwing an instance of '[^']+'\s*$")
 SERVER_START_MARKER = "server_args="
 MAX_EARLIER_LIFETIMES = 20
 
@@ -635,6 +639,9 @@ class Diagnoser:
         self.rules = rules if rules is not None else load_rules()
         self.phase_evidence = phase_evidence if phase_evidence is not None else load_phase_evidence()
         self.vocabulary: Vocabulary = load_vocabulary()
+        # The log being fed runs newest first (order.py) and its lines come in reversed: a paste that lost
+        # its newlines is one of those lines, whose pieces are reversed too.
+        self.newest_first = False
         self._error_lines: deque[LogLine] = deque(maxlen=MAX_ERROR_LINES)
         # Lines a rule yielded (its yields_to): the vocabulary reads them in those families' words first.
         self._yielded: dict[tuple[str, int, str], frozenset[str]] = {}
@@ -709,7 +716,7 @@ class Diagnoser:
         if joined is not None:
             # A paste that lost its newlines (a web page's copy): read the lines it joined one by one.
             hits = []
-            for carrier, part in joined:
+            for carrier, part in reversed(joined) if self.newest_first else joined:
                 hits += self._feed_written(replace(line, text=part, carrier=indent + carrier), timestamp)
             return hits
         carrier = "".join(pieces)
@@ -1268,7 +1275,11 @@ class Diagnoser:
         if fault_at is not None:
             # A CUDA fault names no cause and what follows it is its echo; but a family's own refusal
             # printed before it ("This kernel is not supported on your GPU", then "unspecified launch
-            # failure") is the first error, and the fault its consequence.
+            # failure") is the first error, and the fault its consequence. C++'s "terminate called after
+            # throwing an instance of 'c10::DistBackendError'" right before the fault is no refusal: it
+            # announces the exception whose what() line is the fault.
+            if fault_at and THROWN_INSTANCE_RE.search(error_lines[fault_at - 1].text):
+                fault_at -= 1
             error_lines = error_lines[:fault_at]
         # Where the log says ERROR (or raised), its warnings are notes, not the failure's words.
         errors_proper = [line for line in error_lines if not is_warning_only(line.text)]
@@ -1330,11 +1341,43 @@ def _ordered_unique(lines: Iterable[LogLine]) -> list[LogLine]:
     return [unique[key] for key in sorted(unique)]
 
 
+def runs_newest_first(texts: Iterable[str]) -> bool:
+    """order's test on each line's innermost stamp: the one the process wrote, under whatever carried it
+    (compose's "sglang-1  | ", Ray's worker tag), or, on a line the process stamped not, the carrier's own
+    (journald's, `kubectl logs --timestamps`'), kept apart from the process's even in the same format. A
+    carrier writes lines in the order they came, so its stamps step forward while a newest-first copy it
+    carried steps back. A paste that lost its newlines is read as the lines it joined, as feed reads it."""
+
+    def innermost(pieces: list[str], written: str) -> tuple[str, tuple[int, ...]] | None:
+        if (found := order.stamp(written)) is not None:
+            return found
+        # a carrier's stamp (and the process's own, where the stamp pattern took it for a shipper's)
+        for piece in reversed(pieces):
+            if (found := order.stamp(piece)) is not None:
+                return f"carried {found[0]}", found[1]
+        return None
+
+    def stamps() -> Iterator[tuple[str, tuple[int, ...]] | None]:
+        for text in texts:
+            pieces, written = carrier_pieces(text.rstrip())
+            joined = flattened_lines(pieces, written)
+            if joined is None:
+                yield innermost(pieces, written)
+            else:
+                for carrier, part in joined:
+                    # (a joined line's carrier may hold a line that was a stamp alone: RunPod's console)
+                    carried, rest = carrier_pieces(carrier)
+                    yield innermost([*carried, rest], part)
+
+    return order.stamps_run_back(stamps())
+
+
 def diagnose_lines(lines: Iterable[LogLine], gpu_memory: list[dict[str, int]] | None = None) -> Diagnosis:
     """Offline: classify a whole log, read oldest first whichever way it was written (order.py)."""
     ordered = list(lines)
-    newest_first = order.runs_newest_first(line.text for line in ordered)
+    newest_first = runs_newest_first(line.text for line in ordered[: order.SAMPLE_LINES])
     diagnoser = Diagnoser()
+    diagnoser.newest_first = newest_first
     diagnoser.feed_all(reversed(ordered) if newest_first else ordered)
     diagnosis = diagnoser.result(gpu_memory)
     if newest_first:
@@ -1374,7 +1417,7 @@ def stream_oldest_first(
     from a temporary copy. Returns the lines and the binary handle they come from (None when read forward),
     which the caller closes once the lines are read."""
     head = order.read_head(handle, max_chars)
-    if not order.runs_newest_first(head):
+    if not runs_newest_first(head):
         return stream_lines(order.Replayed(head, handle), source, max_chars), None
     binary = reopen() if reopen is not None else order.spooled(head, handle)
     lines = (LogLine(line_no, text, source) for line_no, text in order.lines_backwards(binary, max_chars))

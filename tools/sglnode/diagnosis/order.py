@@ -40,10 +40,10 @@ MONTHS = {name: number for number, name in enumerate(MONTH_NAMES, start=1)}
 # How much of a log's head decides its order: enough stamps to see a trend, never the whole of a 200 MB log.
 SAMPLE_LINES = 2000
 SAMPLE_CHARS = 2 * 1024 * 1024
-# A newest-first log: at least this many steps back in time, and steps back outnumbering steps forward
-# this many times over (lines of several processes interleave a little out of order in an oldest-first log;
-# equal stamps say nothing).
-MIN_STEPS_BACK = 3
+# A newest-first log: at least this many steps back in time, counted over the stamp formats whose steps back
+# outnumber their steps forward this many times over (lines of several processes interleave a little out of
+# order in an oldest-first log; equal stamps say nothing).
+MIN_STEPS_BACK = 2
 BACK_TO_FORWARD_RATIO = 4
 REVERSE_BLOCK = 1024 * 1024
 NEWEST_FIRST_NOTE = (
@@ -66,21 +66,29 @@ def stamp(text: str) -> tuple[str, tuple[int, ...]] | None:
 
 
 def runs_newest_first(texts: Iterable[str]) -> bool:
-    """Whether the lines' stamps mostly step back in time. Reads at most SAMPLE_LINES lines."""
+    """Whether the lines' stamps step back in time (stamps_run_back on the stamps they start with)."""
+    return stamps_run_back(stamp(text) for text in texts)
+
+
+def stamps_run_back(stamps: Iterable[tuple[str, tuple[int, ...]] | None]) -> bool:
+    """Whether a log's stamps (one per line, None for a line without) step back in time. Reads at most
+    SAMPLE_LINES. Formats are judged apart: a shipper that stamps what it carries (journald) steps forward,
+    in the order lines reached it, even over a newest-first copy whose own stamps step back; the formats
+    that run back are counted."""
     last: dict[str, tuple[int, ...]] = {}
-    back = forward = 0
-    for index, text in enumerate(texts):
+    steps: dict[str, list[int]] = {}  # format: [back, forward]
+    for index, found in enumerate(stamps):
         if index >= SAMPLE_LINES:
             break
-        found = stamp(text)
         if found is None:
             continue
         name, value = found
         previous = last.get(name)
         if previous is not None and value != previous:
-            back, forward = (back + 1, forward) if value < previous else (back, forward + 1)
+            steps.setdefault(name, [0, 0])[0 if value < previous else 1] += 1
         last[name] = value
-    return back >= MIN_STEPS_BACK and back >= BACK_TO_FORWARD_RATIO * forward
+    running_back = [back for back, forward in steps.values() if back >= BACK_TO_FORWARD_RATIO * forward]
+    return sum(running_back) >= MIN_STEPS_BACK
 
 
 def read_head(handle: IO[str], max_chars: int) -> list[str]:
