@@ -42,9 +42,9 @@ SGLANG_CAPTURE_OOM = [
 @pytest.mark.parametrize(
     ("line", "expected"),
     [
-        ("2024-02-02 21:44:03.976", ("iso", (2024, 2, 2, 21, 44, 3, 976))),
+        ("2024-02-02 21:44:03.976", ("iso", (2024, 2, 2, 21, 44, 3, 976_000_000))),
         ("[2026-12-06 10:00:00 TP0] Load weight begin.", ("iso", (2026, 12, 6, 10, 0, 0, 0))),
-        ("2026-12-06T10:00:00.5Z stdout F hello", ("iso", (2026, 12, 6, 10, 0, 0, 5))),
+        ("2026-12-06T10:00:00.5Z stdout F hello", ("iso", (2026, 12, 6, 10, 0, 0, 500_000_000))),
         ("INFO 02-03 03:43:48 llm_engine.py:316] # GPU blocks: 7754", ("vllm", (2, 3, 3, 43, 48))),
         ("(EngineCore_DP0 pid=563) ERROR 12-23 23:34:23 [core.py:1] x", ("vllm", (12, 23, 23, 34, 23))),
         ("E0306 16:40:07.708802 117 backend_model.cc:691] ERROR", ("glog", (3, 6, 16, 40, 7, 708802))),
@@ -55,6 +55,11 @@ SGLANG_CAPTURE_OOM = [
 )
 def test_a_line_stamp_is_read_in_its_own_format(line: str, expected: tuple | None) -> None:
     assert order.stamp(line) == expected
+
+
+def test_fractions_of_a_second_compare_by_value_not_by_digits() -> None:
+    # ".976" is later than ".123456" within the same second
+    assert order.stamp("2026-12-06 10:00:00.976 x") > order.stamp("2026-12-06 10:00:00.123456 x")
 
 
 def test_the_runpod_console_copy_is_newest_first_and_an_sglang_log_is_not() -> None:

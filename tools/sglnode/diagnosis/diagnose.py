@@ -197,6 +197,12 @@ WARNING_LEVEL_RE = level_re("WARNING", "WARN")
 # resource: shared memory" at glog's W level): it drops that candidate and times the others. (Not glog's
 # W-level lines in general: c10d's socket timeouts are errors at that level.)
 AUTOTUNER_WARNING_RE = re.compile(r"^W\d{4} \d\d:\d\d:\d\d\S* +\d+ \S*_inductor/select_algorithm\.py:\d+\]")
+# TensorFlow's and XLA's C++ log at W level ("2023-09-26 23:49:25.317379: W external/xla/.../asm_compiler.cc:
+# 231] Falling back to the CUDA driver for PTX compilation; ptxas does not support CC 9.0"): a warning.
+TF_WARNING_RE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: W ")
+# A host that logs what its engine printed at its own INFO level, the engine's "error: " kept (jan's cortex
+# relaying ggml's Metal errors: "INFO  error: Insufficient Memory (...OutOfMemory)").
+RELAYED_ERROR_RE = re.compile(r"(?:^|[\s\]])INFO\s+error: ")
 OOM_NARRATION_RES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^I\d{4} \d"),
     re.compile(
@@ -253,6 +259,8 @@ def is_fallback_notice(text: str) -> bool:
     ending on what it uses instead."""
     if AUTOTUNER_WARNING_RE.match(text) is not None:
         return True
+    if TF_WARNING_RE.match(text) is not None:
+        return FALLBACK_RE.search(text) is not None
     if is_warning_only(text):
         return FALLBACK_RE.search(text) is not None
     return "instead" in text and GOING_ON_INSTEAD_RE.search(text) is not None
@@ -260,8 +268,13 @@ def is_fallback_notice(text: str) -> bool:
 
 def is_oom_narration(text: str, *, by_level: bool = True) -> bool:
     """A line that talks about memory without reporting a failed allocation (by_level: an INFO/DEBUG
-    line counts as one)."""
-    if by_level and NARRATION_LEVEL_RE.search(text) and not ERROR_LEVEL_RE.search(text):
+    line counts as one, unless it relays an error at that level)."""
+    if (
+        by_level
+        and NARRATION_LEVEL_RE.search(text)
+        and not ERROR_LEVEL_RE.search(text)
+        and not RELAYED_ERROR_RE.search(text)
+    ):
         return True
     return any(pattern.search(text) for pattern in OOM_NARRATION_RES)
 

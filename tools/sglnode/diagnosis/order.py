@@ -61,6 +61,8 @@ def stamp(text: str) -> tuple[str, tuple[int, ...]] | None:
             if name == "syslog" and groups[0] not in MONTHS:
                 continue
             fields = [MONTHS[group] if group in MONTHS else int(group or 0) for group in groups]
+            if name == "iso":  # a second's fraction in nanoseconds, whatever its digits (".5", ".123456789")
+                fields[-1] = int((groups[-1] or "0").ljust(9, "0"))
             return name, tuple(fields)
     return None
 
