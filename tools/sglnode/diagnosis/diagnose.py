@@ -296,10 +296,10 @@ def shows_failure(text: str) -> bool:
     )
 
 
-# The first line a fresh server process prints (launch_server logs its arguments): after a crash it
-# starts a new lifetime, and a crash-looping unit's log is diagnosed on its last one.
 # libstdc++'s report of an uncaught exception, whose message is the "what():" line that follows it.
 THROWN_INSTANCE_RE = re.compile(r"terminate called after throwing an instance of '[^']+'\s*$")
+# The first line a fresh server process prints (launch_server logs its arguments): after a crash it
+# starts a new lifetime, and a crash-looping unit's log is diagnosed on its last one.
 SERVER_START_MARKER = "server_args="
 MAX_EARLIER_LIFETIMES = 20
 
