@@ -1050,3 +1050,46 @@ def test_vllms_broadcast_wait_notice_is_a_hang_only_when_no_failure_follows_it()
     )
     assert diagnose_lines(numbered([wait])).cause == "watchdog_timeout"
     assert diagnose_lines(numbered([wait, wait, capture])).cause == "cuda_graph_capture"
+
+
+def test_a_cuda_fault_a_process_group_watchdog_found_is_the_fault_not_nccls():
+    # c10d's watchdog rethrows what it found polling the stream; the C++ runtime announces the class first
+    announced = "terminate called after throwing an instance of 'c10::DistBackendError'"
+    fault = (
+        "  what():  [PG ID 0 PG GUID 0(default_pg) Rank 2] Process group watchdog thread terminated with"
+        " exception: CUDA error: an illegal memory access was encountered"
+    )
+    diagnosis = diagnose_lines(numbered([announced, fault]))
+    assert diagnosis.cause == "unknown"
+    assert any("CUDA fault" in note for note in diagnosis.notes)
+    # the same announcement over NCCL's own error is NCCL's
+    nccl = "  what():  NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)"
+    assert diagnose_lines(numbered([announced, nccl])).cause == "nccl"
+
+
+def test_a_fallback_that_sets_a_value_and_tensorflows_w_level_fallback_are_no_failure():
+    set_instead = (
+        "(Worker_TP0 pid=132) WARNING 05-03 23:48:03 [compilation.py:1390] CUDAGraphMode.FULL_AND_PIECEWISE"
+        " is not supported with spec-decode for attention backend FlashInferBackend; setting cudagraph_mode=X"
+    )
+    xla = (
+        "2023-09-26 23:49:25.317379: W external/xla/xla/stream_executor/gpu/asm_compiler.cc:231] Falling back"
+        " to the CUDA driver for PTX compilation; ptxas does not support CC 9.0"
+    )
+    for line in (set_instead, xla):
+        assert diagnose_lines(numbered([line])).cause == "unknown", line
+    # the same words logged as an error are still read
+    failed = xla.replace(": W external", ": E external").replace("Falling back to", "Could not use")
+    assert diagnose_lines(numbered([failed])).cause == "arch_unsupported"
+
+
+def test_a_name_errors_identifier_speaks_for_no_family_but_a_relayed_info_error_is_read():
+    assert diagnose_lines(numbered(["NameError: name 'MooncakeStore' is not defined"])).cause == "unknown"
+    relayed = (
+        "20240930 11:02:44.357479 UTC 8296618 INFO  error: Insufficient Memory"
+        " (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)"
+    )
+    assert diagnose_lines(numbered([relayed])).cause == "oom"
+    # an INFO line that only talks about memory stays narration
+    narration = "INFO 02-03 03:43:49 model_runner.py:629] If you are running out of memory, consider less"
+    assert diagnose_lines(numbered([narration])).cause == "unknown"
