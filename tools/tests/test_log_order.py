@@ -18,7 +18,13 @@ from child_diagnose import diagnose_in_child
 
 from sglnode.commands.diagnose import diagnose_paths
 from sglnode.diagnosis import order
-from sglnode.diagnosis.diagnose import READ_LINE_MAX, diagnose_lines, numbered, stream_lines
+from sglnode.diagnosis.diagnose import (
+    READ_LINE_MAX,
+    diagnose_lines,
+    numbered,
+    runs_newest_first,
+    stream_lines,
+)
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus"
 RUNPOD = CORPUS / "2169-runpod-worker-vllm-oom-while-capturing-after-gpu-blocks.log"
@@ -61,9 +67,9 @@ def test_fractions_of_a_second_compare_by_value_not_by_digits() -> None:
 
 
 def test_the_runpod_console_copy_is_newest_first_and_an_sglang_log_is_not() -> None:
-    assert order.runs_newest_first(RUNPOD.read_text(encoding="utf-8").splitlines())
-    assert not order.runs_newest_first(SGLANG_CAPTURE_OOM)
-    assert order.runs_newest_first(list(reversed(SGLANG_CAPTURE_OOM)))
+    assert runs_newest_first(RUNPOD.read_text(encoding="utf-8").splitlines())
+    assert not runs_newest_first(SGLANG_CAPTURE_OOM)
+    assert runs_newest_first(list(reversed(SGLANG_CAPTURE_OOM)))
 
 
 def test_interleaved_processes_a_little_out_of_order_stay_oldest_first() -> None:
@@ -71,7 +77,7 @@ def test_interleaved_processes_a_little_out_of_order_stay_oldest_first() -> None
     lines = [f"[2026-12-06 10:{i // 60:02d}:{i % 60:02d} TP{i % 2}] Decode batch" for i in range(0, 120, 2)]
     lines[10], lines[11] = lines[11], lines[10]
     lines[30], lines[31] = lines[31], lines[30]
-    assert not order.runs_newest_first(lines)
+    assert not runs_newest_first(lines)
 
 
 def test_no_oldest_first_report_of_the_train_split_is_taken_for_newest_first() -> None:
@@ -81,7 +87,7 @@ def test_no_oldest_first_report_of_the_train_split_is_taken_for_newest_first() -
         if meta["split"] != "train":
             continue
         lines = meta_path.with_suffix(".log").read_text(encoding="utf-8").splitlines()
-        if order.runs_newest_first(lines):
+        if runs_newest_first(lines):
             taken.append(meta_path.stem)
     assert taken == [RUNPOD.stem]
 

@@ -67,11 +67,6 @@ def stamp(text: str) -> tuple[str, tuple[int, ...]] | None:
     return None
 
 
-def runs_newest_first(texts: Iterable[str]) -> bool:
-    """Whether the lines' stamps step back in time (stamps_run_back on the stamps they start with)."""
-    return stamps_run_back(stamp(text) for text in texts)
-
-
 def stamps_run_back(stamps: Iterable[tuple[str, tuple[int, ...]] | None]) -> bool:
     """Whether a log's stamps (one per line, None for a line without) step back in time. Reads at most
     SAMPLE_LINES. Formats are judged apart: a shipper that stamps what it carries (journald) steps forward,
@@ -139,7 +134,8 @@ def lines_backwards(handle: BinaryIO, max_chars: int) -> Iterator[tuple[int, str
         position -= size
         handle.seek(position)
         pieces = (handle.read(size) + tail).split(b"\n")
-        # a line longer than a block keeps its head (its earliest bytes); the rest is never held
+        # a line longer than a block keeps its head (its earliest bytes, up to max_chars characters of at most
+        # 4 bytes each in UTF-8); the rest is never held
         tail = pieces[0][: 4 * max_chars]
         for piece in reversed(pieces[1:]):
             if at_end and piece == b"":  # the newline that ends the file starts no line
